@@ -16,7 +16,9 @@ that count its layers (the book's ``sliding_window_stride`` K is ``"K:1"``).
 
 The book's estimator scripts take ``n_kv_groups``, the GROUP SIZE (kv heads = n_heads // n_kv_groups), while its
 GQA class's ``num_kv_groups`` is the NUMBER of K/V heads.  Here the argument is ``n_kv_heads``: the number of K/V
-heads, no ambiguity.  MLA with a window is allowed too (the latent cached for at most W tokens).
+heads, no ambiguity; the scripts' ``n_kv_groups`` is taken too, as the scripts take it (a group size that divides
+``n_heads``), so a call copied from them gives their number.  MLA with a window is allowed too (the latent cached for
+at most W tokens).
 """
 
 from __future__ import annotations
@@ -99,10 +101,13 @@ def window_schedule(windows) -> dict:
 def kv_cache_bytes(*, context_length: int, emb_dim: int, n_heads: int, n_layers: int, n_kv_heads: int | None = None,
                    head_dim: int | None = None, latent_dim: int | None = None, qk_rope_head_dim: int | None = None,
                    sliding_window_size: int | None = None, swa_ratio: str | None = None, batch_size: int = 1,
-                   dtype="bf16") -> int:
+                   dtype="bf16", n_kv_groups: int | None = None) -> int:
     """Bytes the KV cache of a whole model holds at ``context_length`` tokens (see the module's formulas).
 
     ``n_kv_heads``: K/V heads per layer (default ``n_heads``: MHA; 1: MQA; must divide ``n_heads``).
+    ``n_kv_groups``: the book's estimator scripts' argument, a GROUP SIZE (query heads per K/V head), taken as they
+    take it: ``n_kv_heads = n_heads // n_kv_groups``, refused where it does not divide ``n_heads`` (their check) or
+    beside ``n_kv_heads`` (two counts of one thing).
     ``latent_dim``: MLA's cached latent per token and layer (replaces the K/V heads, so it takes no ``n_kv_heads``);
     ``qk_rope_head_dim``: the rotary key MLA caches beside it, one for all heads (DeepSeek's config names it so, and
     the latent ``kv_lora_rank``): DeepSeek-V3 is ``latent_dim=512, qk_rope_head_dim=64``, the same as
@@ -126,6 +131,8 @@ def kv_cache_bytes(*, context_length: int, emb_dim: int, n_heads: int, n_layers:
         raise ValueError(f"swa_ratio {swa_ratio!r} needs a sliding_window_size: the ratio counts the layers that "
                          "keep only the last W tokens, and without W every layer is full; give the window W, or "
                          "leave swa_ratio out.")
+    if n_kv_groups is not None:
+        n_kv_heads = _kv_heads_of_groups(n_heads, n_kv_groups, n_kv_heads, latent_dim)
     n_kv_heads = n_heads if n_kv_heads is None else _whole("n_kv_heads", n_kv_heads)
     if n_heads % n_kv_heads:
         raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads}): each K/V head serves a "
@@ -145,6 +152,33 @@ def kv_cache_bytes(*, context_length: int, emb_dim: int, n_heads: int, n_layers:
     per_full_layer = batch_size * context_length * per_token
     per_swa_layer = batch_size * window * per_token
     return n_full * per_full_layer + n_swa * per_swa_layer
+
+
+def _kv_heads_of_groups(n_heads: int, n_kv_groups, n_kv_heads, latent_dim) -> int:
+    """The K/V heads of the estimator scripts' ``n_kv_groups`` (a group size): ``n_heads // n_kv_groups``; a
+    ValueError in words where it does not divide ``n_heads``, or comes with ``n_kv_heads`` or ``latent_dim``."""
+    if n_kv_heads is not None:
+        raise ValueError(f"n_kv_groups {n_kv_groups!r} and n_kv_heads {n_kv_heads!r} do not go together: n_kv_heads "
+                         "counts the K/V heads, while n_kv_groups, as the book's memory estimator scripts take it, is "
+                         "a group size (n_kv_heads = n_heads // n_kv_groups); give one of them.")
+    if latent_dim is not None:
+        raise ValueError(f"latent_dim and n_kv_groups do not go together: an MLA layer caches one latent per token "
+                         f"(latent_dim {latent_dim!r}) instead of K/V heads; leave n_kv_groups out for MLA.")
+    groups = _whole("n_kv_groups", n_kv_groups)
+    if n_heads % groups:
+        raise ValueError(f"n_kv_groups ({groups}) must divide n_heads ({n_heads}) exactly: as the book's memory "
+                         "estimator scripts take it, n_kv_groups is a group size — query heads per K/V head, "
+                         "n_kv_heads = n_heads // n_kv_groups — where attnviz's n_kv_heads counts the K/V heads.")
+    return n_heads // groups
+
+
+def attention_name(*, n_heads: int, n_kv_heads: int | None = None, latent_dim: int | None = None,
+                   sliding_window_size: int | None = None, swa_ratio: str | None = None, **_sizes) -> str:
+    """A layer's attention by its cache, as the presets' table names it: "MLA" for a latent, else "MHA" (a K/V head
+    per head), "MQA" (one for all) or "GQA" (groups), with " + SWA a:b" where layers have a window."""
+    kind = "MLA" if latent_dim else (
+        "MHA" if n_kv_heads in (None, n_heads) else "MQA" if n_kv_heads == 1 else "GQA")
+    return f"{kind} + SWA {swa_ratio or '1:0'}" if sliding_window_size else kind
 
 
 @dataclass(frozen=True)
@@ -167,9 +201,8 @@ class ModelKV:
 
     @property
     def attention(self) -> str:
-        kind = "MLA" if self.latent_dim else (
-            "MHA" if self.n_kv_heads in (None, self.n_heads) else "MQA" if self.n_kv_heads == 1 else "GQA")
-        return f"{kind} + SWA {self.swa_ratio}" if self.sliding_window_size else kind
+        """Its attention by its cache (:func:`attention_name`): "GQA", "MQA + SWA 5:1"."""
+        return attention_name(**self.kwargs())
 
     @property
     def kv_heads_text(self) -> str:
@@ -235,20 +268,34 @@ def preset(name: str) -> ModelKV:
 VARIANTS = ("MHA", "GQA", "MQA", "MLA", "SWA", "SWA+GQA")
 
 
-def default_kv_heads(n_heads: int) -> int:
-    """Grouped-query attention's K/V heads where none are given — a run's (``AttentionConfig.kv_groups``) and the cost
-    chart's GQA line alike: the divisor of ``n_heads`` nearest 4 that lies strictly between 1 and ``n_heads`` (12
-    heads: 4, groups of 3; 4 heads: 2; 6 heads: 3), so the heads are grouped, neither MHA (a K/V head each) nor MQA
-    (one for all).  Where no divisor lies between — 1, 2 or 3 heads, a prime count — 1: every head shares one K/V
-    head, as in MQA."""
+def grouped_kv_heads(n_heads: int) -> int | None:
+    """Grouped-query attention's K/V heads where none are given: the divisor of ``n_heads`` nearest 4 that lies
+    strictly between 1 and ``n_heads`` (12 heads: 4, groups of 3; 4 heads: 2; 6 heads: 3), so the heads are grouped,
+    neither MHA (a K/V head each) nor MQA (one for all), as the book's GQA examples choose theirs.  None where no
+    divisor lies between (1, 2 or 3 heads, a prime count): such heads cannot be grouped."""
     between = [d for d in range(2, n_heads) if n_heads % d == 0]
-    return min(between, key=lambda d: (abs(d - 4), d), default=1)
+    return min(between, key=lambda d: (abs(d - 4), d), default=None)
+
+
+def is_grouped(n_kv_heads: int | None, n_heads: int) -> bool:
+    """Whether ``n_kv_heads`` K/V heads group ``n_heads`` query heads: more than 1 (MQA), fewer than ``n_heads``
+    (MHA), and dividing them (each K/V head serves a whole group)."""
+    return n_kv_heads is not None and 1 < n_kv_heads < n_heads and n_heads % n_kv_heads == 0
+
+
+def default_kv_heads(n_heads: int) -> int:
+    """A GQA run's K/V heads where none are given (``AttentionConfig.kv_groups``): :func:`grouped_kv_heads`, and
+    where the heads cannot be grouped (1, 2 or 3 heads, a prime count), 1: every head shares one K/V head, as in MQA
+    (the run says so).  The cost chart draws no GQA line for such heads instead (:func:`variant_settings`)."""
+    return grouped_kv_heads(n_heads) or 1
 
 
 def default_latent_dim(d_out: int) -> int:
     """Multi-head latent attention's latent where none is given — a run's (``AttentionConfig.latent_width``) and the
     cost chart's MLA line alike: the book's default ``max(16, d_out // 8)`` (bonus ``ch04/05_mla``'s
-    ``MultiHeadLatentAttention``), kept at most d_out (a latent wider than d_out saves nothing)."""
+    ``MultiHeadLatentAttention``), kept at most d_out (a latent wider than d_out saves nothing).  ``d_out`` is the
+    attention's width, heads × head_dim (the book's GPT has d_out = emb_dim; Gemma 3 270M's 4 × 256 = 1,024 is wider
+    than its emb_dim of 640)."""
     return min(d_out, max(16, d_out // 8))
 
 
@@ -269,30 +316,56 @@ def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int
                      n_kv_heads: int | None = None, latent_dim: int | None = None,
                      sliding_window_size: int | None = None, swa_ratio: str | None = None,
                      gqa_kv_heads: int | None = None, context_length: int | None = None) -> dict[str, dict]:
-    """kv_cache_bytes arguments of MHA, GQA, MQA, MLA, SWA and SWA+GQA at one model's sizes.
+    """kv_cache_bytes arguments of MHA, GQA, MQA, MLA, SWA and SWA+GQA at one model's sizes, and the model's own
+    attention where none of them is it (a window on MQA or MLA: Gemma 3's "MQA + SWA 5:1", named by
+    :func:`attention_name` as the presets' table names it).
 
     What the sizes leave open is filled in and said by the keys: GQA's K/V heads (``gqa_kv_heads``, the ones chosen
-    for the GQA lines, even n_heads; else a model's own ``n_kv_heads`` below n_heads; else :func:`default_kv_heads`,
-    12 heads -> 4, 4 heads -> 2), MLA's latent (given, else :func:`default_latent_dim` of ``emb_dim``: the latent an
-    MLA run of attnviz has at that width),
-    the window (given, as it is; else :func:`default_window` of the model's ``context_length``) and SWA's ratio
-    (given, else Gemma 3's "5:1")."""
+    for the GQA lines, else a model's own ``n_kv_heads``, each only where it groups the heads (:func:`is_grouped`);
+    else :func:`grouped_kv_heads`, 12 heads -> 4, 4 heads -> 2; heads that cannot be grouped — 2, 3, a prime count —
+    get no GQA and SWA+GQA lines: :func:`gqa_note` says why), MLA's latent (given, else :func:`default_latent_dim` of
+    the attention's d_out, heads × head_dim: the latent an MLA run of attnviz has at that width), the window (given,
+    as it is; else :func:`default_window` of the model's ``context_length``) and SWA's ratio (given, else Gemma 3's
+    "5:1")."""
     head_dim = head_dim or math.ceil(emb_dim / n_heads)
-    if gqa_kv_heads is not None:
-        gqa = gqa_kv_heads
-    else:
-        gqa = n_kv_heads if n_kv_heads is not None and n_kv_heads < n_heads else default_kv_heads(n_heads)
+    gqa = next((heads for heads in (gqa_kv_heads, n_kv_heads) if is_grouped(heads, n_heads)), None) \
+        or grouped_kv_heads(n_heads)
     base = {"emb_dim": emb_dim, "n_heads": n_heads, "n_layers": n_layers, "head_dim": head_dim}
     window = {"sliding_window_size": sliding_window_size or default_window(context_length),
               "swa_ratio": swa_ratio or "5:1"}
-    return {
+    lines = {
         "MHA": dict(base),
         "GQA": {**base, "n_kv_heads": gqa},
         "MQA": {**base, "n_kv_heads": 1},
-        "MLA": {**base, "latent_dim": latent_dim or default_latent_dim(emb_dim)},
+        "MLA": {**base, "latent_dim": latent_dim or default_latent_dim(n_heads * head_dim)},
         "SWA": {**base, **window},
         "SWA+GQA": {**base, "n_kv_heads": gqa, **window},
     }
+    if gqa is None:
+        del lines["GQA"], lines["SWA+GQA"]
+    if sliding_window_size and (n_kv_heads == 1 and n_heads > 1 or latent_dim):  # its own: a window on MQA or MLA
+        own = {**base, **window, **({"latent_dim": latent_dim} if latent_dim else {"n_kv_heads": n_kv_heads})}
+        lines[attention_name(**own)] = own
+    return lines
+
+
+def gqa_note(settings: dict[str, dict], n_heads: int, chosen: int | None = None, source: str = "") -> str | None:
+    """Why :func:`variant_settings`' GQA lines are not there, or do not have ``chosen`` K/V heads (``source``'s, in
+    words: "the sidebar's GQA", "Gemma 3 270M"): GQA groups the heads, so its K/V heads lie strictly between 1 (MQA)
+    and the heads (MHA) and divide them.  None where the GQA lines draw ``chosen``, or nothing was chosen and they
+    are there."""
+    if "GQA" not in settings:
+        return (f"No GQA line: grouped-query attention shares one K/V head among each group of query heads, so it "
+                f"has more K/V heads than 1 (MQA) and fewer than the heads (MHA), a count that divides them — and "
+                f"{amount(n_heads, 'head')} have no such count.")
+    drawn = settings["GQA"]["n_kv_heads"]
+    if chosen is None or chosen == drawn:
+        return None
+    what = ("one K/V head shared by all the heads, which is MQA (the MQA lines)" if chosen == 1 else
+            "a K/V head per head, which is MHA (the MHA line)" if chosen == n_heads else
+            f"a count that does not divide the {n_heads:,} heads")
+    return (f"{source[:1].upper()}{source[1:]} has {amount(chosen, 'K/V head')}: {what}. The GQA lines group the "
+            f"{n_heads:,} heads into {amount(drawn, 'K/V head')}, {n_heads // drawn} heads each.")
 
 
 def latent_note(settings: dict[str, dict], source: str | None = None) -> str | None:
@@ -305,8 +378,10 @@ def latent_note(settings: dict[str, dict], source: str | None = None) -> str | N
         return None
     latent = mla["latent_dim"]
     if source is None:
-        source = (f"the book's default max(16, d_out // 8) at d_out {mla['emb_dim']:,}, the latent attnviz's MLA has "
-                  "at that width (bonus ch04/05_mla's MultiHeadLatentAttention)")
+        d_out = mla["n_heads"] * mla["head_dim"]  # the attention's width, which the MHA line caches K and V of
+        source = (f"the book's default max(16, d_out // 8) at d_out = {amount(mla['n_heads'], 'head')} × "
+                  f"{mla['head_dim']} = {d_out:,}, the latent attnviz's MLA has at that width (bonus ch04/05_mla's "
+                  "MultiHeadLatentAttention)")
     note = f"The MLA line caches a latent of {latent:,} numbers per token and layer: {source}."
     if not mha:
         return note

@@ -66,13 +66,14 @@ REPEAT, TOKEN_SEED = "T", "token_seed"  # the Induction lab's repeat length and 
 KNOCKOUT = "knockout"  # the Induction lab's heads knocked out together ("L0H1,L1H0")
 # Generate's (and head); map_layer, the layer of a page's own map (not the sidebar's layer), the Induction lab's too
 NEW_TOKENS, RANDOM, MAP_LAYER, STEP = "new_tokens", "random", "map_layer", "step"
+SIZES, DTYPE = "sizes", "dtype"  # Generate's cost chart: a real model's sizes (a preset's name) and the bytes' dtype
 TRAIN_STEPS, TRAIN_SEED = "train_steps", "train_seed"  # the Train page's (seed, step: the sidebar's, Generate's)
 # in a page's ``also`` (the settings its work runs whatever the class): it runs the book's classes whatever the
 # weights (``ui.navigation.PageEntry.book_classes``), so with a checkpoint every setting of theirs makes its view
 BOOK_CLASSES = "book classes"
 # pages' own URL parameters: not settings; the shown page's kept
 PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, CELL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED, KNOCKOUT, RANDOM,
-               MAP_LAYER, STEP, TRAIN_STEPS, TRAIN_SEED)
+               MAP_LAYER, STEP, SIZES, DTYPE, TRAIN_STEPS, TRAIN_SEED)
 # The text's length in the URL, percent-encoded (a non-ASCII character takes 6–12 bytes): the server (uvicorn's h11)
 # reads a request's line and headers only up to 16 KiB; this leaves room for the other parameters and the browser's
 # headers and cookies, and holds a typical 1,024-token English text (4–6 kB).  A longer text is not put in the URL.

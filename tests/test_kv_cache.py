@@ -75,6 +75,28 @@ def test_kv_cache_bytes_equals_the_books_estimators(book, ours):
     assert attnviz.kv_cache_bytes(**ours) == book_estimate(**book)
 
 
+@pytest.mark.parametrize("book", [case[0] for case in CASES if "n_kv_groups" in case[0] or "latent_dim" not in
+                                  case[0]])
+def test_the_estimators_n_kv_groups_is_taken_as_they_take_it_a_group_size(book):
+    """A call copied from the book's estimator scripts (``n_kv_groups``: query heads per K/V head) gives their
+    number, not Python's TypeError."""
+    assert attnviz.kv_cache_bytes(**{"n_kv_groups": 1, **book}) == book_estimate(**book)
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ({"n_kv_groups": 5}, r"n_kv_groups \(5\) must divide n_heads \(12\) exactly: as the book's memory estimator "
+                         r"scripts take it, n_kv_groups is a group size — query heads per K/V head, n_kv_heads = "
+                         r"n_heads // n_kv_groups — where attnviz's n_kv_heads counts the K/V heads\."),
+    ({"n_kv_groups": 4, "n_kv_heads": 3}, r"n_kv_groups 4 and n_kv_heads 3 do not go together: n_kv_heads counts "
+                                          r"the K/V heads, while n_kv_groups, .* is a group size"),
+    ({"n_kv_groups": 4, "latent_dim": 64}, "latent_dim and n_kv_groups do not go together"),
+    ({"n_kv_groups": 0}, "n_kv_groups must be a whole number ≥ 1, got 0"),
+])
+def test_an_n_kv_groups_that_cannot_be_a_group_size_is_refused_in_words(extra, words):
+    with pytest.raises(ValueError, match=words):
+        attnviz.kv_cache_bytes(context_length=1024, emb_dim=768, n_heads=12, n_layers=12, **extra)
+
+
 def test_hand_worked_numbers():
     # GPT-2 small, fp32, 1024 tokens: 12 layers × 1024 × 64 × 12 heads × 2 × 4 bytes
     assert kv_cache.preset("GPT-2 124M").bytes() == 12 * 1024 * 64 * 12 * 2 * 4 == 75_497_472
@@ -142,17 +164,22 @@ def test_an_mla_latent_as_wide_as_k_and_v_together_is_said_to_save_nothing():
                                                      "layer: given.")
 
 
-def test_the_mla_line_fills_in_the_books_default_latent_a_run_uses():
-    """Sizes without a latent draw MLA with the book's default max(16, d_out // 8) — the latent an MLA run of attnviz
-    at those sizes has (AttentionConfig.latent_width) — and the note names it."""
-    for emb_dim, heads in ((768, 12), (128, 2), (64, 4), (2048, 32)):
-        sizes = kv_cache.variant_settings(emb_dim=emb_dim, n_heads=heads, n_layers=1)
-        run = AttentionConfig(variant="mla", d_in=emb_dim, d_out=emb_dim, num_heads=heads).latent_width
-        assert sizes["MLA"]["latent_dim"] == run == max(16, emb_dim // 8)
-        assert kv_cache.latent_note(sizes) == (
-            f"The MLA line caches a latent of {run:,} numbers per token and layer: the book's default "
-            f"max(16, d_out // 8) at d_out {emb_dim:,}, the latent attnviz's MLA has at that width (bonus "
-            "ch04/05_mla's MultiHeadLatentAttention).")
+@pytest.mark.parametrize(("emb_dim", "heads", "head_dim"), [
+    (768, 12, None), (128, 2, None), (64, 4, None), (2048, 32, None),
+    (640, 4, 256),  # Gemma 3 270M: its attention's d_out, 4 × 256 = 1,024, is wider than its emb_dim
+])
+def test_the_mla_line_fills_in_the_books_default_latent_a_run_uses(emb_dim, heads, head_dim):
+    """Sizes without a latent draw MLA with the book's default max(16, d_out // 8), d_out the attention's width
+    (heads × head_dim, as the book's MultiHeadLatentAttention has it) — the latent an MLA run of attnviz at that d_out
+    has (AttentionConfig.latent_width) — and the note names d_out as the book does and says what it is."""
+    sizes = kv_cache.variant_settings(emb_dim=emb_dim, n_heads=heads, n_layers=1, head_dim=head_dim)
+    d_out = heads * (head_dim or emb_dim // heads)
+    run = AttentionConfig(variant="mla", d_in=emb_dim, d_out=d_out, num_heads=heads).latent_width
+    assert sizes["MLA"]["latent_dim"] == run == max(16, d_out // 8)
+    assert kv_cache.latent_note(sizes) == (
+        f"The MLA line caches a latent of {run:,} numbers per token and layer: the book's default "
+        f"max(16, d_out // 8) at d_out = {heads} heads × {d_out // heads} = {d_out:,}, the latent attnviz's MLA has at "
+        "that width (bonus ch04/05_mla's MultiHeadLatentAttention).")
 
 
 def test_variant_curves_and_their_figure():
@@ -220,12 +247,56 @@ def test_a_models_sizes_name_its_own_k_v_heads_latent_or_window(attention, setti
         assert curves["SWA"]["sliding_window_size"] == 4
 
 
-def test_chosen_gqa_kv_heads_are_used_even_when_they_equal_the_heads():
-    """The sidebar's K/V groups are the GQA lines' K/V heads, whatever they are; a model's own K/V heads equal to
-    its heads (an MHA model) leave GQA's to the fill-in."""
-    chosen = kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=1, gqa_kv_heads=12)
-    assert chosen["GQA"]["n_kv_heads"] == 12 and chosen["SWA+GQA"]["n_kv_heads"] == 12
+def test_chosen_gqa_kv_heads_are_used_where_they_group_the_heads():
+    """The sidebar's K/V groups are the GQA lines' K/V heads where they group the heads; 12 of 12 heads (MHA) or 1
+    (MQA) is no GQA: the lines group the heads as a run's default does, and the note says why.  A model's own K/V
+    heads equal to its heads (an MHA model) leave GQA's to the fill-in."""
+    chosen = kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=1, gqa_kv_heads=6)
+    assert chosen["GQA"]["n_kv_heads"] == 6 and chosen["SWA+GQA"]["n_kv_heads"] == 6
+    assert kv_cache.gqa_note(chosen, 12, 6, "the sidebar's GQA") is None
+    for heads, what in ((12, "a K/V head per head, which is MHA"), (1, "one K/V head shared by all the heads, which "
+                                                                       "is MQA")):
+        mha = kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=1, gqa_kv_heads=heads)
+        assert mha["GQA"]["n_kv_heads"] == mha["SWA+GQA"]["n_kv_heads"] == 4
+        assert kv_cache.gqa_note(mha, 12, heads, "the sidebar's GQA") == (
+            f"The sidebar's GQA has {heads} K/V head{'s' if heads > 1 else ''}: {what} (the "
+            f"{what[-3:]} line{'s' if heads == 1 else ''}). The GQA lines group the 12 heads into 4 K/V heads, 3 "
+            "heads each.")
     assert kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=1, n_kv_heads=12)["GQA"]["n_kv_heads"] == 4
+
+
+@pytest.mark.parametrize("name", [m.name for m in kv_cache.PRESETS])
+def test_every_gqa_line_groups_the_heads_and_the_models_own_line_is_named_as_the_table_names_it(name):
+    """A GQA line with 1 K/V head is MQA's: every GQA line has 1 < K/V heads < heads, a divisor of the heads, as the
+    book's GQA examples choose (Gemma 3 270M, 4 heads with 1 K/V head: its GQA line was MQA's).  The model as it is
+    is one line, named as the presets' table names its attention (Gemma's "MQA + SWA 5:1"), with its bytes."""
+    model = kv_cache.preset(name)
+    settings = model.variant_settings()
+    for line in ("GQA", "SWA+GQA"):
+        kv = settings[line]["n_kv_heads"]
+        assert 1 < kv < model.n_heads and model.n_heads % kv == 0, (line, kv)
+    own = [line for line, kwargs in settings.items()
+           if kv_cache.kv_cache_bytes(context_length=model.context_length, dtype=model.dtype, **kwargs) == model.bytes()
+           and kwargs.get("latent_dim") == model.latent_dim and kwargs.get("sliding_window_size") ==
+           model.sliding_window_size]
+    assert own == [model.attention]
+    if name == "Gemma 3 270M":
+        assert settings["MQA + SWA 5:1"] == {"emb_dim": 640, "n_heads": 4, "n_layers": 18, "head_dim": 256,
+                                             "n_kv_heads": 1, "sliding_window_size": 512, "swa_ratio": "5:1"}
+        assert settings["GQA"]["n_kv_heads"] == 2
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 5, 7])
+def test_heads_that_cannot_be_grouped_get_no_gqa_line_and_the_note_says_why(heads):
+    """2 heads (the bundled model), 3 or a prime count have no K/V head count strictly between 1 and the heads that
+    divides them: no GQA or SWA+GQA line (it would repeat MQA's or MHA's), and a note says why."""
+    settings = kv_cache.variant_settings(emb_dim=64 * heads, n_heads=heads, n_layers=2)
+    assert "GQA" not in settings and "SWA+GQA" not in settings
+    assert list(settings) == ["MHA", "MQA", "MLA", "SWA"]
+    assert kv_cache.gqa_note(settings, heads) == (
+        "No GQA line: grouped-query attention shares one K/V head among each group of query heads, so it has more K/V "
+        "heads than 1 (MQA) and fewer than the heads (MHA), a count that divides them — and "
+        f"{heads} head{'s' if heads > 1 else ''} have no such count.")
 
 
 def test_a_variants_label_counts_its_k_v_heads_in_the_singular_for_one():
@@ -305,10 +376,10 @@ def test_window_schedule_refuses_layers_with_different_windows():
         kv_cache.window_schedule((3, 5, None))
 
 
-@pytest.mark.parametrize(("heads", "gqa"), [(2, 1), (3, 1), (4, 2), (6, 3), (8, 4), (12, 4), (16, 4), (32, 4)])
+@pytest.mark.parametrize(("heads", "gqa"), [(4, 2), (6, 3), (8, 4), (12, 4), (16, 4), (25, 5), (32, 4)])
 def test_the_gqa_line_filled_in_lies_between_mha_and_mqa_where_the_heads_allow(heads, gqa):
     """The chart's GQA line for a model that names no K/V heads: the divisor of the heads strictly between 1 and the
-    heads nearest 4, as a GQA run's default (a 4-head model's GQA line was MQA's: 1 K/V head); 1 where none is."""
+    heads nearest 4, as a GQA run's default (a 4-head model's GQA line was MQA's: 1 K/V head)."""
     settings = kv_cache.variant_settings(emb_dim=64 * heads, n_heads=heads, n_layers=1)
     assert settings["GQA"]["n_kv_heads"] == gqa
 
@@ -377,7 +448,7 @@ def _windowed_layers(label: str, n_layers: int) -> int:
 def test_the_swa_label_says_the_real_split_and_window_and_the_curve_agrees(n_layers, window, swa_ratio, windowed):
     """The cost chart's SWA lines name the window they use and how many of the model's layers slide, and their
     curves are those layers' bytes: W per windowed layer past W tokens, every token on the others."""
-    settings = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=n_layers, sliding_window_size=window,
+    settings = kv_cache.variant_settings(emb_dim=128, n_heads=4, n_layers=n_layers, sliding_window_size=window,
                                          swa_ratio=swa_ratio)
     lengths = kv_cache.context_lengths(131072)
     curves = kv_cache.curves(settings, lengths, dtype="fp32")
@@ -388,9 +459,9 @@ def test_the_swa_label_says_the_real_split_and_window_and_the_curve_agrees(n_lay
         assert f"window {used:,} on " in label, label
         assert "5:1 SWA:full" not in label or n_layers >= 6, label  # no ratio the layers cannot hold
         assert _windowed_layers(label, n_layers) == windowed
-        heads = settings[name].get("n_kv_heads") or 2
+        heads = settings[name].get("n_kv_heads") or 4
         for n, got in zip(lengths, curves[name]):
-            expected = per_token_layer * heads // 2 * (windowed * min(n, used) + (n_layers - windowed) * n)
+            expected = per_token_layer * heads // 4 * (windowed * min(n, used) + (n_layers - windowed) * n)
             assert got == expected, (label, n)
     flat = len(set(curves["SWA"][lengths.index(1024):])) == 1
     assert flat == (windowed == n_layers)  # a flat curve is a model whose every layer slides
@@ -407,3 +478,24 @@ def test_a_models_cache_settings_splat_gives_the_bytes_its_run_holds(attention):
     steps = models.generate(model, [1, 2, 3, 4, 5, 6], 20).steps
     assert kv_cache.kv_cache_bytes(context_length=26, **models.cache_settings(model)) == steps[-1].cache_bytes
     assert models.cache_settings(model.to(torch.float64))["dtype"] == "fp64"
+
+
+def test_a_models_own_line_has_its_own_colour_and_the_title_fits_a_narrow_chart():
+    """Gemma 3 270M's "MQA + SWA 5:1" line is told apart from MQA's (a colour of its own, dashed as a window's line),
+    and the title is broken into lines no wider than the chart at 900 px (Plotly cuts a title at the figure's edge:
+    "…dotted: its co")."""
+    from attnviz.views import margins
+
+    gemma = kv_cache.preset("Gemma 3 270M")
+    settings = gemma.variant_settings()
+    lengths = kv_cache.chart_lengths(settings)
+    title = "KV cache of DeepSeek-V3 671B with each attention (fp8, batch 1); dotted: its context length"
+    fig = generation_figures.kv_bytes_figure(lengths, kv_cache.curves(settings, lengths), title=title)
+    lines = {trace.name: trace.line for trace in fig.data}
+    assert lines["MQA + SWA 5:1"].dash == "dash" and lines["MQA"].dash == "solid"
+    assert len({line.color for line in lines.values()}) == len(lines)  # every line its own colour
+    shown = fig.layout.title.text
+    assert shown.replace("<br>", " ") == title and "<br>" in shown
+    assert all(margins.title_px(line, 14) <= generation_figures.COST_MIN_WIDTH - margins.TITLE_INSET_PX
+               for line in shown.split("<br>"))
+    assert fig.layout.margin.t == margins.title_top(shown.count("<br>") + 1, size=14)  # the plot under all of it

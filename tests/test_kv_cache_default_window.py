@@ -22,7 +22,7 @@ def test_the_default_window_is_the_bonus_materials_at_most_a_quarter_of_the_cont
 
 @pytest.mark.parametrize("context_length", [1, 2, 7, 48, 256, 1000, 1024, 2048, 32768, 163840])
 def test_a_models_swa_lines_window_is_shorter_than_its_context(context_length):
-    settings = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=2, context_length=context_length)
+    settings = kv_cache.variant_settings(emb_dim=128, n_heads=4, n_layers=2, context_length=context_length)
     for name in ("SWA", "SWA+GQA"):
         window = settings[name]["sliding_window_size"]
         assert 1 <= window <= max(1, context_length // 4), (name, window)
@@ -35,7 +35,7 @@ def test_a_models_swa_lines_window_is_shorter_than_its_context(context_length):
 
 @pytest.mark.parametrize("window", [1, 8, 100, 256])
 def test_a_given_window_is_kept_as_it_is(window):
-    settings = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=2, context_length=256,
+    settings = kv_cache.variant_settings(emb_dim=128, n_heads=4, n_layers=2, context_length=256,
                                          sliding_window_size=window, swa_ratio="1:0")
     assert settings["SWA"]["sliding_window_size"] == settings["SWA+GQA"]["sliding_window_size"] == window
     assert settings["SWA"]["swa_ratio"] == "1:0"

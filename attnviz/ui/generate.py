@@ -10,7 +10,7 @@ stepper shows one forward pass at a time: what the model computed at that step, 
 What the page shows follows the URL, so a link reproduces it: ``new_tokens``, ``random`` (the random GPT's
 attention), ``step`` (while Play steps on, the step it started from: every step would be an entry of the browser's
 history, and Play is one; the step it stops or ends on replaces it, so Back returns to the step Play started from),
-``map_layer`` and ``head`` (the rows map's).
+``map_layer`` and ``head`` (the rows map's), and the cost chart's ``sizes`` (a real model's name) and ``dtype``.
 """
 
 from __future__ import annotations
@@ -38,9 +38,21 @@ from attnviz.ui.state import (
     page_widgets_from_url,
     set_page_param,
     shown_page,
+    take_refused,
     url_notices,
 )
-from attnviz.urlstate import HEAD, MAP_LAYER, NEW_TOKENS, RANDOM, STEP, ignored, parse_number, parse_option
+from attnviz.urlstate import (
+    DTYPE,
+    HEAD,
+    MAP_LAYER,
+    NEW_TOKENS,
+    RANDOM,
+    SIZES,
+    STEP,
+    ignored,
+    parse_number,
+    parse_option,
+)
 from attnviz.views import diagram, generation_figures
 from attnviz.words import amount, markdown_escape
 
@@ -64,6 +76,7 @@ BUNDLED_NOTE = ("The bundled model (2 layers × 2 heads) was trained only on rep
                 "**Weights** lists at the next reload; a checkpoint elsewhere (a file, or a folder of them) is "
                 "listed when attnviz is started with `--checkpoint PATH` or `ATTNVIZ_CHECKPOINTS=FOLDER`.")
 DTYPE_OWN = "own"  # the cost chart's dtype: the chosen model's own (fp32 for attnviz's models and the sidebar's)
+DTYPE_CHOICES = (DTYPE_OWN, *kv_cache.DTYPE_BYTES)  # the dtype box's options, and the link's ``dtype``
 RANDOM_NONE = "none"
 RANDOM_KIND = "random"  # a ref ("random", attention, settings) of a small random GPT, built here, never loaded
 RANDOM_SET_ASIDE = "_generate_random_set_aside"  # (the Weights ref, the notice) of a link's random GPT not used
@@ -84,15 +97,21 @@ RANDOM_NOISE = ("**A small random GPT with {label}** ({sizes}). Its weights are 
 
 def from_url() -> None:
     """A session's first visit: New tokens and the random GPT take the link's ``new_tokens`` (a whole number in
-    1 … MAX_NEW) and ``random`` (one of the random GPT's attentions, or ``none``); anything else is refused with a
-    notice (the page then uses its default).  The step, layer and head shown are read where the generation is
-    known (:func:`_stepper`, :func:`_step_views`)."""
+    1 … MAX_NEW) and ``random`` (one of the random GPT's attentions, or ``none``), the cost chart's Sizes and dtype
+    its ``sizes`` (a real model's name, as the table lists it) and ``dtype`` (one of the dtypes offered); anything
+    else is refused with a notice (the page then uses its default).  The step, layer and head shown are read where
+    the generation is known (:func:`_stepper`, :func:`_step_views`)."""
     page_widgets_from_url("generate", {
         "generate_new": (NEW_TOKENS, functools.partial(parse_number, low=1, high=MAX_NEW, what="new tokens"),
                          f"using {DEFAULT_NEW}"),
         "generate_random": (RANDOM, functools.partial(parse_option, options=RANDOM_CHOICES, what="a random GPT "
                                                       "this page offers"),
                             "using the sidebar's attention if it is a bonus one, else none"),
+        "generate_sizes": (SIZES, functools.partial(parse_option, options=[m.name for m in kv_cache.PRESETS],
+                                                    what="a model the cost chart offers"),
+                           "drawing the cost chart at the model's own sizes"),
+        "generate_dtype": (DTYPE, functools.partial(parse_option, options=DTYPE_CHOICES, what="a dtype the cost "
+                                                    "chart offers"), "drawing the cost chart in the model's own dtype"),
     })
 
 
@@ -152,7 +171,8 @@ def show(page_run: Context) -> None:
 def _random_set_aside(page_run: Context, ref) -> None:
     """A model is under Weights, so no random GPT is offered: the URL drops ``random``, and a random GPT the link
     asked for (one this session's runs did not write) is said to be set aside, until Weights changes."""
-    raw = st.query_params.get(RANDOM)
+    refused = take_refused("generate_random")  # a link's value no random GPT has: taken out of the URL already
+    raw = st.query_params.get(RANDOM, refused)
     if raw is not None and raw != RANDOM_NONE and page_params_of(shown_page()).get(RANDOM) != raw:
         st.session_state[RANDOM_SET_ASIDE] = (ref, ignored(
             [(RANDOM, raw)], f"the page generates with {page_run.weights.option.label}, the model under Weights. Set "
@@ -173,6 +193,7 @@ def _random_choice(page_run: Context) -> tuple | None:
     bonus = variants.MODERN
     default = page_run.config.variant if page_run.config.variant in bonus else RANDOM_NONE
     url_notices("generate_random")
+    take_refused("generate_random")  # said by the notice above: not to be said again under a model
     attention = st.selectbox(
         "Or generate with a small random GPT", names,
         **page_bind("generate_random", default, names.__contains__, url=RANDOM),
@@ -512,27 +533,34 @@ def cost_section(page_run: Context, sizes) -> None:
         own = ("the sidebar's sizes", {"emb_dim": config.d_out, "n_heads": config.num_heads, "n_layers": 1,
                                        **sidebar_settings(config)}, config.context_length)
     names = [own[0], *[m.name for m in kv_cache.PRESETS]]
-    pick_col, dtype_col = st.columns([3, 1])
-    picked = pick_col.selectbox("Sizes", names, **page_bind("generate_sizes", names[0], names.__contains__),
+    url_notices("generate_sizes", "generate_dtype")
+    # the dtype box a third of the row: at 900 px its label and "own" still show whole
+    pick_col, dtype_col = st.columns([2, 1])
+    picked = pick_col.selectbox("Sizes", names,
+                                **page_bind("generate_sizes", names[0], names.__contains__, url=SIZES),
                                 help="Each line is the model with one attention; its own attention's line is the "
                                      "model as it is.")
     model = None if picked == own[0] else kv_cache.preset(picked)
     own_dtype = model.dtype if model is not None else "fp32"  # attnviz runs its models in float32
     dtype = dtype_col.selectbox(
-        "dtype", [DTYPE_OWN, *kv_cache.DTYPE_BYTES],
-        **page_bind("generate_dtype", DTYPE_OWN, [DTYPE_OWN, *kv_cache.DTYPE_BYTES].__contains__),
+        "dtype", DTYPE_CHOICES, **page_bind("generate_dtype", DTYPE_OWN, DTYPE_CHOICES.__contains__, url=DTYPE),
         # a fixed label: the browser keeps an option's label when only its text changes (the title names the dtype)
-        format_func=lambda name: "the model's own" if name == DTYPE_OWN else name,
-        help="Bytes per number in the cache. \"The model's own\": the dtype the model is published in (its "
-             "config's torch_dtype, as in the table below); fp32 for attnviz's models and the sidebar's sizes. The "
-             "chart's title names the dtype it uses.")
+        help="Bytes per number in the cache. \"own\": the dtype the model is published in (its config's "
+             "torch_dtype, as in the table below); fp32 for attnviz's models and the sidebar's sizes. The chart's "
+             "title names the dtype it uses.")
     if dtype == DTYPE_OWN:
         dtype = own_dtype
     if model is None:
         base, context = dict(own[1]), own[2]
         settings = kv_cache.variant_settings(**base, context_length=context)
+        # the K/V heads the GQA lines would take: the sidebar's GQA's, or the model's own where they are not MHA's
+        chosen = base.get("gqa_kv_heads", base.get("n_kv_heads"))
+        whose = "the sidebar's GQA" if "gqa_kv_heads" in base else own[0]
     else:
         context, settings = model.context_length, model.variant_settings()
+        chosen, whose = model.n_kv_heads, model.name
+    if whose != "the sidebar's GQA" and chosen == settings["MHA"]["n_heads"]:
+        chosen = None  # an MHA model's own K/V heads: nothing to say about the GQA lines
     lengths = kv_cache.chart_lengths(settings, max(131072, context))  # from below the window: its line levels off
     curves = kv_cache.curves(settings, lengths, dtype=dtype)
     labels = {name: kv_cache.describe(name, kwargs) for name, kwargs in settings.items()}
@@ -546,11 +574,15 @@ def cost_section(page_run: Context, sizes) -> None:
         latent_source = "this model's own" if sizes is not None else "the sidebar's latent width"
     else:
         latent_source = None  # the book's default, as a run's MLA at these sizes
-    if (latent_note := kv_cache.latent_note(settings, latent_source)) is not None:
-        st.caption(latent_note)
+    for note in (kv_cache.gqa_note(settings, settings["MHA"]["n_heads"], chosen, whose),
+                 kv_cache.latent_note(settings, latent_source)):
+        if note is not None:
+            st.caption(note)
     st.caption("The book's estimator formulas (bonus material ch04/04_gqa, 05_mla, 06_swa), computed by "
                "`attnviz.kv_cache_bytes`." + ESTIMATOR_NAMES)
+    # the model and its cache first, pinned: a narrow page scrolls the sizes behind them
     st.dataframe(presets_table(), hide_index=True, key="generate_presets", column_config={
+        "model": st.column_config.TextColumn(pinned=True),
         "KV cache at full context": st.column_config.TextColumn(
             alignment="right", help="batch 1, in the dtype; GB = 1000³ bytes, as the book's estimators print them"),
         "bytes": st.column_config.NumberColumn(format="localized", help="the cache at full context in bytes"),
@@ -582,12 +614,14 @@ def sidebar_settings(config) -> dict:
 
 
 def presets_table() -> pd.DataFrame:
+    """The real models' caches at full context, one row each: the model, its attention and its cache first (what a
+    narrow page shows before it scrolls), then the sizes that make it."""
     rows = []
     for model in kv_cache.PRESETS:
-        rows.append({"model": model.name, "attention": model.attention, "context": model.context_length,
-                     "layers": model.n_layers, "heads": model.n_heads, "K/V heads": model.kv_heads_text,
-                     "head_dim": model.head_dim or -(-model.emb_dim // model.n_heads),
-                     "latent": model.latent_text, "window": model.window_text, "dtype": model.dtype,
-                     "KV cache at full context": kv_cache.format_bytes(model.bytes()), "bytes": model.bytes(),
+        rows.append({"model": model.name, "attention": model.attention,
+                     "KV cache at full context": kv_cache.format_bytes(model.bytes()), "dtype": model.dtype,
+                     "context": model.context_length, "layers": model.n_layers, "heads": model.n_heads,
+                     "K/V heads": model.kv_heads_text, "head_dim": model.head_dim or -(-model.emb_dim // model.n_heads),
+                     "latent": model.latent_text, "window": model.window_text, "bytes": model.bytes(),
                      "source": model.source})
     return pd.DataFrame(rows)

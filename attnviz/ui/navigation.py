@@ -20,6 +20,7 @@ from attnviz.urlstate import (
     BUG,
     CELL,
     COL,
+    DTYPE,
     HEAD,
     KNOCKOUT,
     MAP,
@@ -28,6 +29,7 @@ from attnviz.urlstate import (
     RANDOM,
     REPEAT,
     ROW,
+    SIZES,
     STAGE,
     STEP,
     TOKEN,
@@ -98,7 +100,7 @@ PAGES = (
               url_params=(REPEAT, TOKEN_SEED, MAP_LAYER, HEAD, KNOCKOUT),
               draws_link=True),  # after T, the seed, the head and the knock-outs are bound
     PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:",  # the text is its prompt
-              text_run=False, url_params=(NEW_TOKENS, RANDOM, STEP, MAP_LAYER, HEAD),
+              text_run=False, url_params=(NEW_TOKENS, RANDOM, STEP, MAP_LAYER, HEAD, SIZES, DTYPE),
               draws_link=True),  # by its stepper, once New tokens, the step, layer and head are bound
     PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False,
               url_params=(TRAIN_STEPS, TRAIN_SEED)),

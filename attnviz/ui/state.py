@@ -233,11 +233,11 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
     link typed into the address bar: :func:`keep_page_params`): each page widget in ``widgets`` — its key -> (its URL
     parameter, the parser of that parameter's value, what the page shows instead of a refused one) — takes the URL's
     value, and one the URL leaves out the page's default.  A value the parser refuses (a ValueError, whose text says
-    why in words) leaves the widget as it is, and the page's notice (:func:`page_param_notice`) says so in the words of
-    ``urlstate.ignored``: ``Ignored URL parameter head='9': it is out of range (this layer's 4 heads: 0 … 3); showing
-    head 0.``  A value the parser takes in part (a ``urlstate.PartlyUsedError``: a list naming some heads the model
-    lacks) is not ignored: it gives the widget the part it takes, and the notice names the rest: ``The link's
-    knockout='L0H0,L9H9' names 'L9H9', which is not a head of this model (…): knocking out L0H0 only.``
+    why in words) leaves the widget as it is and leaves the URL, and the page's notice (:func:`page_param_notice`)
+    says so in the words of ``urlstate.ignored``: ``Ignored URL parameter head='9': it is out of range (this layer's 4
+    heads: 0 … 3); showing head 0.``  A value the parser takes in part (a ``urlstate.PartlyUsedError``: a list naming
+    some heads the model lacks) is not ignored: it gives the widget the part it takes, and the notice names the rest:
+    ``The link's knockout='L0H0,L9H9' names 'L9H9', which is not a head of this model (…): knocking out L0H0 only.``
     A parameter the link repeats gives its last value (the sidebar names the others)."""
     flag = f"_url_read_{page}"
     outside = st.session_state.get(_OUTSIDE, set())
@@ -261,6 +261,19 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
             st.session_state[page_param_notice(key)] = f"The link's {url}={clipped(raw)!r} {exc}: {exc.instead}."
         except ValueError as exc:
             st.session_state[page_param_notice(key)] = ignored([(url, raw)], f"it {exc}; {instead}.")
+            st.session_state[_refused_key(key)] = str(raw)
+            del st.query_params[url]  # ignored, so not the URL's: a page that draws no widget for it leaves it too
+
+
+def _refused_key(key: str) -> str:
+    return f"_url_refused_{key}"
+
+
+def take_refused(key: str) -> str | None:
+    """The value the link gave page widget ``key`` that :func:`page_widgets_from_url` refused and took out of the URL,
+    for a page that says more about it than the refusal (Generate's random GPT, set aside for a model under Weights);
+    None once taken, or where none was refused."""
+    return st.session_state.pop(_refused_key(key), None)
 
 
 def set_page_widget(key: str, value, url: str, default) -> None:

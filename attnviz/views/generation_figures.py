@@ -16,6 +16,7 @@ from attnviz.views.figures import tick_positions
 
 VARIANT_COLORS = {"MHA": "#08519c", "GQA": "#31a354", "MQA": "#74c476", "MLA": "#e6550d", "SWA": "#756bb1",
                   "SWA+GQA": "#bcbddc"}
+OWN_COLOR = "#d62728"  # a model's own attention where no variant's line is it (Gemma 3's "MQA + SWA 5:1")
 
 
 def new_rows(rows: list[np.ndarray], n_keys: int, *, positions: list[int] | None = None,
@@ -125,6 +126,9 @@ COLOUR_BAR_MIN_PX = 150  # the rows map's colour bar at least: its 0 … 1 label
 
 
 COST_PLOT_PX = 286  # the cost chart's plot, between its title and its length axis
+# The narrowest the cost chart is drawn: the page's width beside the sidebar in a 900 px window; its title is broken
+# into lines that fit it (Plotly cuts a title at the figure's edge)
+COST_MIN_WIDTH = 420  # px
 COST_LEGEND_ROW_PX = 20  # a row of the cost chart's legend, one entry a row (Plotly draws them 19 px apart)
 DOT_PX = 5  # a cost line's markers
 RING = {"size": 10, "symbol": "circle-open", "line": {"width": 2}}  # those of a line on another: rings around its dots
@@ -149,8 +153,8 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     top of it, and its label says which it equals; one that meets an earlier one at some lengths (a window's line
     lies on its attention's up to the window) has rings for markers, wider than the dots under them, so both lines
     show where they coincide.  The legend sits under the plot, one entry a row, and at most
-    :data:`MAX_LENGTH_TICKS` lengths are labelled (powers of two at even steps, and the longest): the chart reads at
-    any width."""
+    :data:`MAX_LENGTH_TICKS` lengths are labelled (powers of two at even steps, and the longest), and the title is
+    broken into lines that fit :data:`COST_MIN_WIDTH`: the chart reads at any width."""
     labels = dict(labels or {})
     fig = go.Figure()
     first_with = {}  # a curve's values -> the first variant with them
@@ -158,13 +162,13 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
         same = first_with.setdefault(tuple(values), name)
         if same != name:
             labels[name] = f"{labels.get(name, name)} = {same}"
-        dash = "dot" if same != name else "dash" if name.startswith("SWA") else "solid"
+        dash = "dot" if same != name else "dash" if "SWA" in name else "solid"
         meets = same == name and any(value == under[i] for under in first_with if under != tuple(values)
                                      for i, value in enumerate(values))  # lies on an earlier line somewhere
         fig.add_trace(go.Scatter(
             x=lengths, y=values, mode="lines+markers", name=labels.get(name, name),
             marker=RING if meets else {"size": DOT_PX},
-            line={"color": VARIANT_COLORS.get(name), "dash": dash, "width": 3 if same != name else 2},
+            line={"color": VARIANT_COLORS.get(name, OWN_COLOR), "dash": dash, "width": 3 if same != name else 2},
             customdata=[format_bytes(v) for v in values],
             hovertemplate=f"{name}<br>%{{x:,}} tokens: %{{customdata}}<extra></extra>"))
     if marker_at:
@@ -177,8 +181,9 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     fig.update_yaxes(type="log", title="KV cache (bytes)", dtick=1, exponentformat="SI")
     # the legend under the plot, one entry a row, so the plot keeps the figure's width whatever the labels' length
     legend_px = COST_LEGEND_ROW_PX * len(curves) + 10
-    # margins that hold the title, the legend and the labels
-    margin = {"l": margins.beside(), "r": 30, "t": margins.title_top(size=14),
+    # margins that hold the title (in lines that fit the narrowest chart), the legend and the labels
+    title = margins.wrapped_title(title, COST_MIN_WIDTH, 14)
+    margin = {"l": margins.beside(), "r": 30, "t": margins.title_top(title.count("<br>") + 1, size=14),
               "b": margins.across([], angle=0) + legend_px}
     fig.update_layout(title=margins.title(title, 14), height=margins.height(COST_PLOT_PX, margin),
                       legend={**margins.LEGEND_AT_FOOT, "entrywidth": 1, "entrywidthmode": "fraction"}, margin=margin)

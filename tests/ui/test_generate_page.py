@@ -138,15 +138,35 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
 def test_the_bundled_models_mla_line_draws_the_books_default_latent_and_says_so():
     """The bundled model (d_out 128, 2 heads) has no latent of its own: its MLA line is the book's default
     max(16, 128 // 8) = 16, as a run's MLA at those sizes, and the caption under the chart says which latent and why;
-    a real model's line is the book's default at its d_out, and DeepSeek-V3's its own."""
+    its 2 heads cannot be grouped, so no GQA line repeats MQA's, and a caption says why.  A real model's line is the
+    book's default at its attention's d_out (heads × head_dim: Gemma 3 270M's 4 × 256, not its emb_dim of 640), its
+    GQA line has groups (2 K/V heads of Gemma's 4, not its own 1, which is MQA) and its own attention is the line
+    named as the table names it; DeepSeek-V3's latent is its own."""
     at = page(weights=weights.BUNDLED_NAME, text=TEXT)
-    assert cost_lines(at, "KV cache of this model")["MLA"]["label"] == "MLA (latent 16)"
+    lines = cost_lines(at, "KV cache of this model")
+    assert lines["MLA"]["label"] == "MLA (latent 16)"
+    assert list(lines) == ["MHA", "MQA", "MLA", "SWA"]  # no GQA: 1 K/V head is MQA, 2 are MHA
     assert any("The MLA line caches a latent of 16 numbers per token and layer: the book's default "
-               "max(16, d_out // 8) at d_out 128" in caption.value for caption in at.caption)
+               "max(16, d_out // 8) at d_out = 2 heads × 64 = 128" in caption.value for caption in at.caption)
+    assert any(caption.value.startswith("No GQA line: grouped-query attention shares one K/V head") and
+               caption.value.endswith("2 heads have no such count.") for caption in at.caption)
+    at.selectbox(key="generate_sizes").set_value("Gemma 3 270M").run()
+    gemma = cost_lines(at, "KV cache of Gemma 3 270M")
+    table = at.dataframe[0].value.set_index("model")
+    assert gemma["GQA"]["label"].startswith("GQA (2 K/V heads × 256)")
+    assert gemma["MQA + SWA 5:1"]["label"].startswith("MQA + SWA 5:1 (1 K/V head × 256, window 512")
+    assert table.loc["Gemma 3 270M", "attention"] == "MQA + SWA 5:1"
+    assert gemma["MQA + SWA 5:1"]["y"][gemma["MQA + SWA 5:1"]["x"].index(32768)] == table.loc["Gemma 3 270M", "bytes"]
+    assert not any("GQA" in label and "1 K/V head " in label for label in (line["label"] for line in gemma.values()))
+    assert gemma["MLA"]["label"] == "MLA (latent 128)"
+    assert any("latent of 128 numbers per token and layer: the book's default max(16, d_out // 8) at d_out = 4 heads "
+               "× 256 = 1,024" in caption.value for caption in at.caption)
+    assert any("Gemma 3 270M has 1 K/V head: one K/V head shared by all the heads, which is MQA (the MQA lines). The "
+               "GQA lines group the 4 heads into 2 K/V heads, 2 heads each." in caption.value for caption in at.caption)
     at.selectbox(key="generate_sizes").set_value("Llama 3.2 1B").run()  # d_out 2,048
     assert cost_lines(at, "KV cache of Llama 3.2 1B")["MLA"]["label"] == "MLA (latent 256)"
-    assert any("latent of 256 numbers per token and layer: the book's default max(16, d_out // 8) at d_out 2,048"
-               in caption.value for caption in at.caption)
+    assert any("latent of 256 numbers per token and layer: the book's default max(16, d_out // 8) at d_out = 32 heads "
+               "× 64 = 2,048" in caption.value for caption in at.caption)
     at.selectbox(key="generate_sizes").set_value("DeepSeek-V3 671B").run()
     assert any("latent of 576 numbers per token and layer: DeepSeek-V3 671B's own" in caption.value
                for caption in at.caption)
@@ -526,8 +546,8 @@ def test_the_generation_spinner_names_the_count_and_shows_the_time(monkeypatch):
 
 
 def cost_lines(at: AppTest, title_part: str) -> dict[str, dict]:
-    """The cost chart's traces by variant (the legend label's first word): {"GQA": {"label", "x", "y"}, …}."""
-    return {trace["name"].split(" ")[0]: {"label": trace["name"], "x": decode(trace["x"]).tolist(),
+    """The cost chart's traces by variant (the legend label before its sizes): {"GQA": {"label", "x", "y"}, …}."""
+    return {trace["name"].split(" (")[0]: {"label": trace["name"], "x": decode(trace["x"]).tolist(),
                                           "y": decode(trace["y"]).tolist()}
             for trace in figure(at, title_part)["data"]}
 
@@ -535,7 +555,7 @@ def cost_lines(at: AppTest, title_part: str) -> dict[str, dict]:
 @pytest.mark.parametrize("query, variant, label", [
     ({"variant": "gqa", "num_kv_groups": "6"}, "GQA", "GQA (6 K/V heads × 64)"),
     ({"variant": "gqa"}, "GQA", "GQA (4 K/V heads × 64)"),  # the sidebar's default: 12 heads in 4 groups
-    ({"variant": "gqa", "num_kv_groups": "12"}, "GQA", "GQA (12 K/V heads × 64) = MHA"),
+    ({"variant": "gqa", "num_kv_groups": "12"}, "GQA", "GQA (4 K/V heads × 64)"),  # 12 of 12 is MHA: grouped
     ({"variant": "mla", "latent_dim": "64"}, "MLA", "MLA (latent 64)"),
     ({"variant": "swa", "sliding_window_size": "8"}, "SWA", "SWA (12 K/V heads × 64, window 8"),
 ])
@@ -546,9 +566,13 @@ def test_the_cost_chart_uses_the_sidebars_kv_groups_latent_and_window(query, var
     if variant == "MLA":
         assert any("The MLA line caches a latent of 64 numbers per token and layer: the sidebar's latent width"
                    in caption.value for caption in at.caption)
+    said = [caption.value for caption in at.caption if caption.value.startswith("The sidebar's GQA has")]
+    assert said == (["The sidebar's GQA has 12 K/V heads: a K/V head per head, which is MHA (the MHA line). The GQA "
+                     "lines group the 12 heads into 4 K/V heads, 3 heads each."]
+                    if query.get("num_kv_groups") == "12" else [])
     d_out, heads = 768, 12  # the sidebar's sizes, one layer, fp32
     expected = kv_cache_bytes(context_length=1024, emb_dim=d_out, n_heads=heads, n_layers=1, dtype="fp32", **{
-        "GQA": {"n_kv_heads": int(query.get("num_kv_groups", 4))},
+        "GQA": {"n_kv_heads": {"6": 6}.get(query.get("num_kv_groups"), 4)},
         "MLA": {"latent_dim": int(query.get("latent_dim", 0))},
         "SWA": {"sliding_window_size": int(query.get("sliding_window_size", 0))}}[variant])
     assert lines[variant]["y"][lines[variant]["x"].index(1024)] == expected
@@ -561,7 +585,7 @@ def test_the_cost_chart_fills_in_what_the_sidebar_leaves_open():
     # the book's MLA default max(16, d_out // 8) at d_out 768: the latent the sidebar's MLA, Heads and Shapes use
     assert lines["MLA"]["label"] == f"MLA (latent {AttentionConfig(variant='mla').latent_width})" == "MLA (latent 96)"
     assert any("The MLA line caches a latent of 96 numbers per token and layer: the book's default "
-               "max(16, d_out // 8) at d_out 768, the latent attnviz's MLA has" in caption.value
+               "max(16, d_out // 8) at d_out = 12 heads × 64 = 768, the latent attnviz's MLA has" in caption.value
                for caption in at.caption)
     # the window: the bonus material's 1,024, at most a quarter of the sidebar's context of 1,024 tokens
     assert lines["SWA"]["label"].startswith("SWA (12 K/V heads × 64, window 256")
@@ -605,9 +629,9 @@ def test_the_sidebars_own_window_is_kept_as_it_is(query, label):
 
 
 def test_a_real_models_chart_is_in_its_own_dtype_as_its_table_row_unless_one_is_picked():
-    at = page(weights=weights.BOOK, random="none")
-    at.selectbox(key="generate_sizes").set_value("Llama 3.2 1B").run()
-    assert not at.exception
+    """The chart's Sizes and dtype follow the URL (``sizes``, ``dtype``), so a link opens the chart it shows."""
+    at = page(weights=weights.BOOK, random="none", sizes="Llama 3.2 1B")  # a link to Llama's chart
+    assert at.selectbox(key="generate_sizes").value == "Llama 3.2 1B"
     title = figure(at, "KV cache of Llama 3.2 1B")["layout"]["title"]["text"]
     assert "(bf16, batch 1)" in title
     table = at.dataframe[0].value.set_index("model")
@@ -616,10 +640,32 @@ def test_a_real_models_chart_is_in_its_own_dtype_as_its_table_row_unless_one_is_
     assert "(fp32, batch 1)" in figure(at, "KV cache of GPT-2 124M")["layout"]["title"]["text"]
     gpt2 = cost_lines(at, "KV cache of GPT-2 124M")["MHA"]
     assert gpt2["y"][gpt2["x"].index(1024)] == table.loc["GPT-2 124M", "bytes"]  # its context
+    assert at.query_params["sizes"] in ("GPT-2 124M", ["GPT-2 124M"]) and "dtype" not in at.query_params
     at.selectbox(key="generate_dtype").set_value("fp32").run()  # picked: every model in it
     at.selectbox(key="generate_sizes").set_value("Llama 3.2 1B").run()
     assert "(fp32, batch 1)" in figure(at, "KV cache of Llama 3.2 1B")["layout"]["title"]["text"]
     assert cost_lines(at, "KV cache of Llama 3.2 1B")["GQA"]["y"][-1] == 2 * 4 * 2**30
+    assert at.query_params["dtype"] in ("fp32", ["fp32"]) and "dtype=fp32" in share_link(at)
+    assert "sizes=Llama+3.2+1B" in share_link(at) or "sizes=Llama%203.2%201B" in share_link(at)
+    gemma = page(weights=weights.BOOK, random="none", sizes="Gemma 3 270M", dtype="fp8")  # the teacher's link
+    assert "KV cache of Gemma 3 270M with each attention<br>(fp8, batch 1)" in \
+        figure(gemma, "KV cache of Gemma 3 270M")["layout"]["title"]["text"]  # in lines that fit a 900 px page
+
+
+def test_refused_url_values_give_a_notice_and_leave_the_url():
+    """Values the page cannot use are said and leave the address bar, whether or not a widget takes their place
+    (no model here: no New tokens is drawn, yet new_tokens=0 leaves the URL)."""
+    at = page(weights=weights.BOOK, random="bogus", step="999", new_tokens="0", sizes="GPT-5", dtype="fp9")
+    notices = " ".join(w.value for w in at.warning).replace("\\", "")
+    assert "Ignored URL parameter new_tokens='0': it is out of range (new tokens: 1 … 1,024); using 20." in notices
+    assert ("Ignored URL parameter sizes='GPT-5': it is not a model the cost chart offers (GPT-2 124M, GPT-2 1.5B, "
+            "Llama 3.2 1B, Qwen3 0.6B, Gemma 3 270M, DeepSeek-V3 671B); drawing the cost chart at the model's own "
+            "sizes.") in notices
+    assert "Ignored URL parameter dtype='fp9': it is not a dtype the cost chart offers (own, fp64" in notices
+    assert "Ignored URL parameter random='bogus'" in notices
+    for name in ("new_tokens", "sizes", "dtype", "random"):
+        assert name not in at.query_params, (name, at.query_params[name])
+    assert figure(at, "KV cache of the sidebar's sizes")
 
 
 def test_an_mla_model_has_no_kv_heads_in_the_table_and_shows_its_latent():
