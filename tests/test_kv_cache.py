@@ -490,8 +490,9 @@ def test_a_models_own_line_has_its_own_colour_and_the_title_fits_a_narrow_chart(
     settings = gemma.variant_settings()
     lengths = kv_cache.chart_lengths(settings)
     title = "KV cache of DeepSeek-V3 671B with each attention (fp8, batch 1); dotted: its context length"
-    fig = generation_figures.kv_bytes_figure(lengths, kv_cache.curves(settings, lengths), title=title)
-    lines = {trace.name: trace.line for trace in fig.data}
+    labels = {name: kv_cache.describe(name, kwargs) for name, kwargs in settings.items()}
+    fig = generation_figures.kv_bytes_figure(lengths, kv_cache.curves(settings, lengths), labels, title=title)
+    lines = {trace.name.split(" (")[0]: trace.line for trace in fig.data}
     assert lines["MQA + SWA 5:1"].dash == "dash" and lines["MQA"].dash == "solid"
     assert len({line.color for line in lines.values()}) == len(lines)  # every line its own colour
     shown = fig.layout.title.text
@@ -499,3 +500,12 @@ def test_a_models_own_line_has_its_own_colour_and_the_title_fits_a_narrow_chart(
     assert all(margins.title_px(line, 14) <= generation_figures.COST_MIN_WIDTH - margins.TITLE_INSET_PX
                for line in shown.split("<br>"))
     assert fig.layout.margin.t == margins.title_top(shown.count("<br>") + 1, size=14)  # the plot under all of it
+    # a legend entry is as wide as the plot: a long label is broken after a comma into lines that fit it, and says
+    # all it said ("SWA (4 K/V heads × 256,<br>window 512 on 15 of 18 layers,<br>5:1 SWA:full)")
+    room = generation_figures.COST_MIN_WIDTH - fig.layout.margin.l - fig.layout.margin.r - \
+        generation_figures.COST_LEGEND_SAMPLE_PX
+    for trace in fig.data:
+        assert all(margins.title_px(line, generation_figures.LEGEND_FONT_PX) <= room
+                   for line in trace.name.split("<br>")), trace.name
+        assert trace.name.replace("<br>", " ") in labels.values()
+    assert max(trace.name.count("<br>") for trace in fig.data) > 0  # Gemma's SWA labels do not fit on one line

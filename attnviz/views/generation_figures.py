@@ -129,6 +129,12 @@ COST_PLOT_PX = 286  # the cost chart's plot, between its title and its length ax
 # The narrowest the cost chart is drawn: the page's width beside the sidebar in a 900 px window; its title is broken
 # into lines that fit it (Plotly cuts a title at the figure's edge)
 COST_MIN_WIDTH = 420  # px
+COST_LEGEND_LINE_PX = 16  # a second line of a cost line's legend label
+# a legend label's 12 px text, measured as a 13 px title's characters: Plotly's Open Sans is wider than the
+# titles' Source Sans that margins.title_px measures
+LEGEND_FONT_PX = 13
+COST_LEGEND_SAMPLE_PX = 40  # a legend entry's line sample and the gaps beside it, left of its label
+COST_RIGHT_PX = 30  # the cost chart's right margin
 COST_LEGEND_ROW_PX = 20  # a row of the cost chart's legend, one entry a row (Plotly draws them 19 px apart)
 DOT_PX = 5  # a cost line's markers
 RING = {"size": 10, "symbol": "circle-open", "line": {"width": 2}}  # those of a line on another: rings around its dots
@@ -166,7 +172,7 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
         meets = same == name and any(value == under[i] for under in first_with if under != tuple(values)
                                      for i, value in enumerate(values))  # lies on an earlier line somewhere
         fig.add_trace(go.Scatter(
-            x=lengths, y=values, mode="lines+markers", name=labels.get(name, name),
+            x=lengths, y=values, mode="lines+markers", name=legend_label(labels.get(name, name)),
             marker=RING if meets else {"size": DOT_PX},
             line={"color": VARIANT_COLORS.get(name, OWN_COLOR), "dash": dash, "width": 3 if same != name else 2},
             customdata=[format_bytes(v) for v in values],
@@ -180,11 +186,26 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     # log ticks add 2 and 5 between them, and "2 100M 5 2 10M" reads as one run of numbers
     fig.update_yaxes(type="log", title="KV cache (bytes)", dtick=1, exponentformat="SI")
     # the legend under the plot, one entry a row, so the plot keeps the figure's width whatever the labels' length
-    legend_px = COST_LEGEND_ROW_PX * len(curves) + 10
+    extra_lines = sum(trace.name.count("<br>") for trace in fig.data)
+    legend_px = COST_LEGEND_ROW_PX * len(curves) + COST_LEGEND_LINE_PX * extra_lines + 10
     # margins that hold the title (in lines that fit the narrowest chart), the legend and the labels
     title = margins.wrapped_title(title, COST_MIN_WIDTH, 14)
-    margin = {"l": margins.beside(), "r": 30, "t": margins.title_top(title.count("<br>") + 1, size=14),
+    margin = {"l": margins.beside(), "r": COST_RIGHT_PX, "t": margins.title_top(title.count("<br>") + 1, size=14),
               "b": margins.across([], angle=0) + legend_px}
     fig.update_layout(title=margins.title(title, 14), height=margins.height(COST_PLOT_PX, margin),
                       legend={**margins.LEGEND_AT_FOOT, "entrywidth": 1, "entrywidthmode": "fraction"}, margin=margin)
     return fig
+
+
+def legend_label(label: str) -> str:
+    """A cost line's legend label in lines (``<br>``) that fit the narrowest chart's legend entry beside its line's
+    sample, broken after a comma between its settings ("SWA (4 K/V heads × 256,<br>window 512 on 15 of 18 layers,
+    5:1 SWA:full)"): an entry is as wide as the plot (the legend's ``entrywidth``), and Plotly cuts its text there."""
+    room = COST_MIN_WIDTH - margins.beside() - COST_RIGHT_PX - COST_LEGEND_SAMPLE_PX
+    lines, rest = [], label
+    while margins.title_px(rest, LEGEND_FONT_PX) > room and ", " in rest:
+        cuts = [i for i in range(len(rest)) if rest.startswith(", ", i)]
+        cut = max((i for i in cuts if margins.title_px(rest[: i + 1], LEGEND_FONT_PX) <= room), default=cuts[0])
+        lines.append(rest[: cut + 1])
+        rest = rest[cut + 2:]
+    return "<br>".join([*lines, rest])

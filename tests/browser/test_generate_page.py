@@ -272,6 +272,44 @@ def test_the_top_5_and_the_cache_table_fit_the_page_at_800_1024_and_1400_px(page
     assert problems == {}, problems
 
 
+_COST_TEXTS = """(gd) => {
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  return {svg: box(gd.querySelector('svg.main-svg')), title: box(gd.querySelector('text.gtitle')),
+          entries: [...gd.querySelectorAll('g.legend g.traces')].map((g) => ({
+            text: g.querySelector('text.legendtext').textContent, box: box(g.querySelector('text.legendtext')),
+            clip: box(g.closest('g.legend').querySelector('rect.bg'))}))};
+}"""
+
+
+@pytest.mark.parametrize("width", [900, 1400])
+def test_the_cost_chart_a_link_names_reads_whole_at_900_and_1400_px(page, server, width):
+    """The teacher's link to Gemma 3 270M's chart in fp8 opens it; its title, every legend label and the dtype box
+    show whole (at 900 px the title read "…dotted: its co" and the box "the mod"), and the model's own line is named
+    as the table names it (the table's columns, drawn on a canvas, are checked by the AppTest: the cache first)."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.goto(f"{server.url}/generate?sizes=Gemma+3+270M&dtype=fp8")
+    wait_idle(page, timeout=120_000)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    chart = main.locator(".js-plotly-plot").filter(has_text="KV cache of Gemma 3 270M")
+    chart.scroll_into_view_if_needed()
+    save_screenshot_at(page, f"generate-cost-{width}")
+    found = chart.evaluate(_COST_TEXTS)
+    svg, title = found["svg"], found["title"]
+    problems = [] if svg[0] - 0.5 <= title[0] and title[2] <= svg[2] + 0.5 else [("title cut", title, svg)]
+    texts = [entry["text"] for entry in found["entries"]]
+    assert any(text.startswith("MQA + SWA 5:1 (1 K/V head × 256") for text in texts), texts
+    assert not any(text.startswith("GQA (1 K/V head") for text in texts), texts
+    problems += [("legend label cut", entry["text"], entry["box"], entry["clip"]) for entry in found["entries"]
+                 if entry["box"][2] > min(entry["clip"][2], svg[2]) + 0.5]
+    dtype = main.get_by_test_id("stSelectbox").filter(has_text="dtype")
+    assert dtype.get_by_role("combobox").input_value() == "fp8"
+    cut = dtype.evaluate("(box) => [...box.querySelectorAll('*')].filter((el) => el.textContent.trim() && "
+                         "el.scrollWidth > el.clientWidth + 1).map((el) => el.textContent.trim())")
+    problems += [("dtype box cut", cut)] if cut else []
+    assert problems == [], f"at {width} px: {problems}"
+
+
 def test_a_real_models_chart_and_the_dtype_box_agree_on_its_dtype(page, server):
     """Sizes = Llama 3.2 1B: the chart is in the model's own bf16 (its table row's 4.29 GB), and the dtype box says
     nothing else (a label that named the dtype kept the previous model's fp32 in the browser)."""

@@ -179,6 +179,8 @@ def test_without_a_model_the_page_says_how_to_pick_one_and_shows_the_costs():
     assert [trace["name"].split(" ")[0] for trace in cost["data"]] == ["MHA", "GQA", "MQA", "MLA", "SWA", "SWA+GQA"]
     table = at.dataframe[0].value
     assert {"GPT-2 124M", "Llama 3.2 1B", "Qwen3 0.6B", "Gemma 3 270M"} <= set(table["model"])
+    # what a narrow page shows before it scrolls sideways: the model, its attention and its cache
+    assert list(table.columns)[:4] == ["model", "attention", "KV cache at full context", "dtype"]
     llama = table.set_index("model").loc["Llama 3.2 1B"]
     assert llama["bytes"] == 4 * 2**30 and llama["KV cache at full context"] == "4.29 GB"  # in units, bytes beside
     assert llama["window"] == "—" and not table.isna().any().any()  # no "None" where other columns say "—"
@@ -547,8 +549,8 @@ def test_the_generation_spinner_names_the_count_and_shows_the_time(monkeypatch):
 
 def cost_lines(at: AppTest, title_part: str) -> dict[str, dict]:
     """The cost chart's traces by variant (the legend label before its sizes): {"GQA": {"label", "x", "y"}, …}."""
-    return {trace["name"].split(" (")[0]: {"label": trace["name"], "x": decode(trace["x"]).tolist(),
-                                          "y": decode(trace["y"]).tolist()}
+    return {trace["name"].split(" (")[0]: {"label": trace["name"].replace("<br>", " "),  # a long one in lines
+                                          "x": decode(trace["x"]).tolist(), "y": decode(trace["y"]).tolist()}
             for trace in figure(at, title_part)["data"]}
 
 
