@@ -90,7 +90,8 @@ ROTARY_NOTE = ("The sidebar asks for rotary positions: they are not offered here
                "learned positions, so it runs with learned positions.")
 ESTIMATOR_NAMES = (" Beware the name when you compare with rasbt's `memory_estimator_gqa.py`: its `n_kv_groups` is "
                    "a group size (K/V heads = n_heads ÷ n_kv_groups), while the GQA class's `num_kv_groups` and "
-                   "`kv_cache_bytes`' `n_kv_heads` count K/V heads.")
+                   "`kv_cache_bytes`' `n_kv_heads` count K/V heads; `kv_cache_bytes` takes the script's `n_kv_groups` "
+                   "too, as the script does.")
 RANDOM_NOISE = ("**A small random GPT with {label}** ({sizes}). Its weights are random: its text is noise. "
                 "It is here to show what this attention's KV cache really holds, step by step.")
 

@@ -285,7 +285,7 @@ _COST_TEXTS = """(gd) => {
 def test_the_cost_chart_a_link_names_reads_whole_at_900_and_1400_px(page, server, width):
     """The teacher's link to Gemma 3 270M's chart in fp8 opens it; its title, every legend label and the dtype box
     show whole (at 900 px the title read "…dotted: its co" and the box "the mod"), and the model's own line is named
-    as the table names it (the table's columns, drawn on a canvas, are checked by the AppTest: the cache first)."""
+    as the table names it, and the table shows each model's cache without scrolling sideways."""
     page.set_viewport_size({"width": width, "height": 1000})
     page.goto(f"{server.url}/generate?sizes=Gemma+3+270M&dtype=fp8")
     wait_idle(page, timeout=120_000)
@@ -307,6 +307,11 @@ def test_the_cost_chart_a_link_names_reads_whole_at_900_and_1400_px(page, server
     cut = dtype.evaluate("(box) => [...box.querySelectorAll('*')].filter((el) => el.textContent.trim() && "
                          "el.scrollWidth > el.clientWidth + 1).map((el) => el.textContent.trim())")
     problems += [("dtype box cut", cut)] if cut else []
+    # the grid's columns drawn without scrolling sideways (its accessible table holds the ones drawn)
+    shown = main.get_by_test_id("stDataFrame").last.evaluate(
+        "(grid) => [...grid.querySelectorAll('th[role=columnheader]')].map((th) => th.textContent)")
+    if shown[:3] != ["model", "attention", "KV cache at full context"]:
+        problems.append(("the table's cache column is not shown", shown))
     assert problems == [], f"at {width} px: {problems}"
 
 
