@@ -59,6 +59,7 @@ FITTED = ("num_kv_groups", "latent_dim", "positions")  # what fit_modern fits to
 BOOK_SIZES = (*WEIGHTS_SIZES, *FITTED)  # the book's classes' sizes and what follows from them: the user's own
 HEAD, STAGE, ROW, COL = "head", "stage", "row", "col"  # the Heads and Steps pages' focused head, stage and window
 CELL = "cell"  # the Heads page's clicked cell of the focused map ("5,2": query 5, key 2), as "why this weight" has it
+PAIR = "pair"  # the Steps page's pair of dimensions (d, d + head_dim/2) that its "rotate q, k" stage draws
 MAP_OF = (HEAD, STAGE, ROW, COL)  # with the settings, what decides the focused map: a change drops the cell (CELL)
 MAP = "map"  # the Compare page's "Heatmap shows"
 BUG, TOKEN = "bug", "token"  # the Pitfall lab's bug and perturbed token
@@ -72,7 +73,7 @@ TRAIN_STEPS, TRAIN_SEED = "train_steps", "train_seed"  # the Train page's (seed,
 # weights (``ui.navigation.PageEntry.book_classes``), so with a checkpoint every setting of theirs makes its view
 BOOK_CLASSES = "book classes"
 # pages' own URL parameters: not settings; the shown page's kept
-PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, CELL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED, KNOCKOUT, RANDOM,
+PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, CELL, PAIR, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED, KNOCKOUT, RANDOM,
                MAP_LAYER, STEP, SIZES, DTYPE, TRAIN_STEPS, TRAIN_SEED)
 # The text's length in the URL, percent-encoded (a non-ASCII character takes 6–12 bytes): the server (uvicorn's h11)
 # reads a request's line and headers only up to 16 KiB; this leaves room for the other parameters and the browser's
@@ -406,6 +407,14 @@ def parse_head(raw: str, num_heads: int) -> int:
 def parse_stage(raw: str, stages) -> str:
     """A page's ``stage`` parameter: one of ``stages`` (the page's, for this run)."""
     return parse_option(raw, stages, what="a stage this page shows")
+
+
+def parse_pair(raw: str, pairs: int) -> int:
+    """The Steps page's ``pair`` parameter: one of the ``pairs`` (head_dim/2) pairs of dimensions a run with rotary
+    positions turns, 0 … pairs − 1; a run without them (``pairs`` 0) turns none, so none is taken."""
+    if not pairs:
+        raise OutOfRangeError("picks nothing here: this run does not rotate q and k (with Positions: rotary it does)")
+    return parse_number(raw, 0, pairs - 1, what=f"this run's {amount(pairs, 'pair')} of dimensions")
 
 
 def parse_option(raw: str, options, what: str) -> str:

@@ -174,21 +174,28 @@ def head_selector(key: str, num_heads: int, label=lambda head: f"head {head}", w
                         help=why_not, **bind)
 
 
-def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, int, int]:
+def window_selector(prefix: str, n: int, overview: bool = True, caption: str | None = None,
+                    helps: tuple[str | None, str | None] = (None, None), why_not: str | None = None
+                    ) -> tuple[int, int, int]:
     """(row0, col0, size) of the full-resolution window, its sliders followed by the URL's ``row`` and ``col``; the
-    whole map when n ≤ WINDOW (the URL then has neither)."""
+    whole map when n ≤ WINDOW (the URL then has neither).  A view that uses the window otherwise gives its own
+    ``caption`` and the sliders' ``helps``; ``why_not``: the view has no window (a stage without a map): the sliders
+    are disabled, their help says why, and they keep their place, in the URL too, for the views that have one."""
     if n <= WINDOW:
         forget_page_params(ROW, COL)
         return 0, 0, n
     last = n - WINDOW
-    st.caption(
+    st.caption(caption or (
         f"{amount(n, 'token')}: the focused view shows a {WINDOW}×{WINDOW} window at full resolution "
         "(every cell hoverable); move it with the sliders." + (" The overview is max-pooled." if overview else "")
-    )
+    ))
     cols = st.columns(2)
     in_range = lambda value: isinstance(value, int) and 0 <= value <= last  # noqa: E731
-    row0 = cols[0].slider("First query row", 0, last, **page_bind(f"{prefix}_row0", 0, in_range, url=ROW))
-    col0 = cols[1].slider("First key column", 0, last, **page_bind(f"{prefix}_col0", 0, in_range, url=COL))
+    row_help, col_help = (why_not, why_not) if why_not else helps
+    row0 = cols[0].slider("First query row", 0, last, disabled=why_not is not None, help=row_help,
+                          **page_bind(f"{prefix}_row0", 0, in_range, url=ROW))
+    col0 = cols[1].slider("First key column", 0, last, disabled=why_not is not None, help=col_help,
+                          **page_bind(f"{prefix}_col0", 0, in_range, url=COL))
     return row0, col0, WINDOW
 
 

@@ -26,6 +26,7 @@ from attnviz.urlstate import (
     MAP,
     MAP_LAYER,
     NEW_TOKENS,
+    PAIR,
     RANDOM,
     REPEAT,
     ROW,
@@ -85,8 +86,8 @@ HEADS_PARAMS = (*WITHIN_A_LAYER, CELL)  # and the Heads page's clicked cell of t
 PAGES = (
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="", default=True, layer_views=True,
               url_params=HEADS_PARAMS, focused_head=True, checks_module=True),
-    PageEntry("pages/steps.py", "Steps", ":material/footprint:", url_params=WITHIN_A_LAYER, focused_head=True,
-              draws_link=True),  # after its head, stage and window are bound
+    PageEntry("pages/steps.py", "Steps", ":material/footprint:", url_params=(*WITHIN_A_LAYER, PAIR),
+              focused_head=True, draws_link=True),  # after its head, stage, window and rotary pair are bound
     PageEntry("pages/shapes.py", "Shapes", ":material/account_tree:"),
     PageEntry("pages/tokens.py", "Tokens", ":material/text_fields:"),
     PageEntry("pages/compare.py", "Compare variants", ":material/compare:", url_params=(MAP,),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,9 +23,10 @@ from attnviz.ui.frame import (
 )
 from attnviz.ui.heads import head_selector, window_selector, within_layer_from_url
 from attnviz.ui.share import file_name, layer_part, share_link
-from attnviz.ui.state import page_bind, url_notices
-from attnviz.urlstate import STAGE
+from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
+from attnviz.urlstate import PAIR, STAGE, parse_pair
 from attnviz.views import figures, rotation, source, steps
+from attnviz.words import amount
 
 
 def draw(page_run: Context) -> None:
@@ -45,15 +47,17 @@ def draw(page_run: Context) -> None:
     if (missing := steps.unrecorded_note(trace)) is not None:
         st.caption(missing)
 
+    pair_bind = _pair_from_url(trace, labels)
+
     with beside_shape_diagram(trace, highlight=stage):
-        url_notices("steps_focus", "steps_row0", "steps_col0")
+        url_notices("steps_focus", "steps_row0", "steps_col0", "steps_pair")
         head = head_selector("steps_focus", trace.num_heads, why_not=steps.headless_note(trace, stage))
-        row0, col0, size = window_selector("steps", trace.n, overview=False)
-        share_link(page_run.link)  # the URL holds the head, stage and window this run draws
+        row0, col0, size = window_selector("steps", trace.n, overview=False, **_window_use(stage, trace.n))
+        share_link(page_run.link)  # the URL holds the head, stage, window and pair this run draws
         step = steps.step_text(config, stage, trace.module_run, window=trace.window, hides_future=trace.hides_future)
         st.markdown(f"**{step['what']}**")
         st.code(step["code"], language="python", wrap_lines=True)  # a long line wraps in the column, never cut
-        view = HeadWindow(trace, head, row0, col0, size, stage)
+        view = HeadWindow(trace, head, row0, col0, size, stage, pair_bind)
         before, after = pair()
         below = STAGE_VIEWS.get(stage, _context)(view, before, after, steps.map_titles(trace, stage))
     if below is not None:  # what needs the page's width, under the shape diagram
@@ -72,6 +76,7 @@ class HeadWindow:
     col0: int
     size: int
     stage: str = ""  # the stage the page shows: its maps' file names say it
+    pair_bind: dict | None = None  # the pair slider's page_bind (None: the run turns fewer than two pairs)
 
     @property
     def config(self) -> AttentionConfig:
@@ -121,6 +126,40 @@ class HeadWindow:
         return fig.layout.height - figures.COLOUR_BAR_BELOW_PX
 
 
+def _pair_from_url(trace: Trace, labels: dict[str, str]) -> dict | None:
+    """The rotary pair the "rotate q, k" stage draws, bound to the URL's ``pair`` on every stage of a run that turns
+    two pairs or more (the page keeps it, in the URL too, for that stage, as it keeps the head on the latent's): a
+    link's pair, or one the settings no longer have (a smaller head_dim), refused with the page's notice, pair 0
+    instead.  A run that turns no pair leaves the URL without one.  The slider's ``page_bind``, or None."""
+    pairs = rotation.pair_count(trace) if "rotated_queries" in labels else 0
+    page_widgets_from_url("steps_rotation", {"steps_pair": (PAIR, functools.partial(parse_pair, pairs=pairs),
+                                                            "showing pair 0" if pairs else "no stage draws a pair")})
+    if pairs < 2:
+        forget_page_params(PAIR)
+        return None
+    return page_bind("steps_pair", 0, lambda value: isinstance(value, int) and 0 <= value < pairs, url=PAIR)
+
+
+def _window_use(stage: str, n: int) -> dict:
+    """What the window's sliders do on ``stage`` (``heads.window_selector``'s caption, helps, why_not): the maps'
+    window; on the rotation, the first token of each pair figure; on the latent and the K/V groups, nothing."""
+    if stage in ("latent", "kv_repeat"):
+        shows = (f"its table lists the latent vectors of the first {steps.TABLE_ROWS} tokens" if stage == "latent"
+                 else "its table lists which K/V head each query head reads")
+        return {"caption": f"{amount(n, 'token')}: the maps of the stages from 1 · QKᵀ on show a window of them; "
+                           "this stage draws no map, so the window's sliders move nothing here.",
+                "why_not": f"This stage draws no map: {shows}. The window moves the maps of the stages from 1 · QKᵀ "
+                           "on, and stays where it is for them."}
+    if stage == "rotated_queries":
+        count = rotation.PAIR_FIGURE_TOKENS
+        return {"caption": f"{amount(n, 'token')}: each pair figure draws {count} tokens, the query figure from the "
+                           "first query row, the key figure from the first key column; the angles and the tables "
+                           "below list every position.",
+                "helps": (f"The first of the {count} tokens the query figure draws.",
+                          f"The first of the {count} tokens the key figure draws.")}
+    return {}
+
+
 def pair():
     """Two places for a before/after pair: side by side where two maps fit, one above the other on a narrow
     page (two columns of a narrow page leave each map's cells too narrow a strip to read)."""
@@ -128,13 +167,19 @@ def pair():
     return row.container(width=steps.PAIR_WIDTH), row.container(width=steps.PAIR_WIDTH)
 
 
-def _latent(view: HeadWindow, before, after, titles) -> None:
+def _latent(view: HeadWindow, before, after, titles) -> Callable[[], None]:
+    """The latent's size and the up-projections from it, beside the shape diagram; under it, at the page's width, the
+    latent vector of each token."""
     trace, config = view.trace, view.config
     st.caption(f"latent: `{steps.shape_of(trace, 'latent')}` — {config.latent_width} numbers per token, where "
                f"multi-head attention caches keys and values: 2 × d_out = {2 * config.d_out}.")
     st.code("\n".join(filter(None, (source.stage_code(config.variant, name) for name in ("keys", "values")))),
-            language="python")  # the up-projections from the latent
-    st.dataframe(steps.latent_table(trace), height=300)
+            language="python", wrap_lines=True)  # the up-projections from the latent, wrapped in the column
+
+    def below() -> None:
+        st.dataframe(steps.latent_table(trace))  # ten rows high at most: a longer text scrolls in it
+
+    return below
 
 
 def _rotated_queries(view: HeadWindow, before, after, titles) -> Callable[[], None]:
@@ -147,14 +192,13 @@ def _rotated_queries(view: HeadWindow, before, after, titles) -> Callable[[], No
                f"θ_d = base^(−2d/{turned.head_dim}): position 0 not at all, pair 0 one radian a position, the last "
                "pair hardly.")
     d = 0  # the pair drawn
-    if turned.pairs > 1:
+    if view.pair_bind is not None:
         d = st.slider("Pair d — dimensions d and d + head_dim/2", 0, turned.pairs - 1,
                       help="The pair of q's and k's dimensions the figures and tables show: low pairs turn fast, "
-                           "high pairs slowly.",
-                      **page_bind("steps_pair", 0, lambda value: isinstance(value, int) and 0 <= value < turned.pairs))
-    for place, side in zip(pair(), ("q", "k")):  # under the slider: the drawn pair follows it
+                           "high pairs slowly.", **view.pair_bind)
+    for place, side, start in zip(pair(), ("q", "k"), (view.row0, view.col0)):  # under the slider: it follows the pair
         with place:
-            st.plotly_chart(rotation.pair_figure(turned, d, side, start=view.row0),
+            st.plotly_chart(rotation.pair_figure(turned, d, side, start=start),
                             config=plotly_config(view.file_name(f"pair{d}", side)))
     st.caption("Each token's vector keeps its length and turns by its own position's angle, q_i by i·θ_d and k_j by "
                "j·θ_d, so the pair's part of q_i · k_j depends on the angle between them, (i − j)·θ_d plus the one "

@@ -85,6 +85,11 @@ def rotation_of(trace: Trace, head: int) -> Rotation:
                     frequencies=frequencies)
 
 
+def pair_count(trace: Trace) -> int:
+    """The pairs of dimensions (d, d + hd/2) a run with rotary positions turns in each head: head_dim / 2."""
+    return trace.head_vectors(0, rotated=False).head_dim // 2
+
+
 def pair_label(rotation: Rotation, pair: int) -> str:
     """"pair 3: dims 3 and 35"."""
     return f"pair {pair}: dims {pair} and {pair + rotation.pairs}"

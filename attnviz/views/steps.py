@@ -312,8 +312,16 @@ def headless_note(trace: Trace, stage: str) -> str | None:
             "it, so there is no head to pick here. The focused head is kept for the next stages.")
 
 
-def latent_table(trace: Trace, max_rows: int = 64) -> pd.DataFrame:
-    return vector_table(trace, trace.steps["latent"][0], "latent vector", max_rows)
+LATENT_SHOWN = 6  # the latent's values its table prints: a row fits the page's width at 900 px
+TABLE_ROWS = 64  # the tokens a vector table lists, the first ones
+
+
+def latent_table(trace: Trace, max_rows: int = TABLE_ROWS) -> pd.DataFrame:
+    """One row per token: its latent vector's first :data:`LATENT_SHOWN` values, the column named by how many there
+    are."""
+    latent = trace.steps["latent"][0]  # (n, latent_dim)
+    return vector_table(trace, latent, f"latent vector (first {LATENT_SHOWN} of {latent.shape[-1]})", max_rows,
+                        shown=LATENT_SHOWN)
 
 
 def shape_of(trace: Trace, stage: str) -> tuple:
@@ -336,10 +344,11 @@ def _vector_text(vector, digits: int = 4, shown: int = 8) -> str:
     return ", ".join(f"{value:.{digits}f}" for value in vector[:shown]) + (" …" if len(vector) > shown else "")
 
 
-def vector_table(trace: Trace, vectors, column: str, max_rows: int = 64):
-    """One row per token: its vector (first 8 values, 4 decimals as the book prints them)."""
+def vector_table(trace: Trace, vectors, column: str, max_rows: int = TABLE_ROWS, shown: int = 8):
+    """One row per token: its vector (first ``shown`` values, 4 decimals as the book prints them)."""
     rows = min(trace.n, max_rows)
-    return pd.DataFrame({"token": list(trace.tokens[:rows]), column: [_vector_text(v) for v in vectors[:rows]]})
+    return pd.DataFrame({"token": list(trace.tokens[:rows]),
+                         column: [_vector_text(v, shown=shown) for v in vectors[:rows]]})
 
 
 def context_table(trace: Trace, head: int, max_rows: int = 64):

@@ -70,3 +70,24 @@ def test_the_rotation_stage_fits_the_page_its_tables_need_no_sideways_scroll(pag
     for table in tables.all():
         scroller = table.locator(".dvn-scroller").first
         assert scroller.evaluate("s => s.scrollWidth <= s.clientWidth + 1"), "the table scrolls sideways"
+
+
+@pytest.mark.parametrize("width", [900, 1400])
+def test_the_latent_stage_wraps_its_code_and_its_table_needs_no_sideways_scroll(page, base_url, width):
+    """At 900 px the latent stage's W_UK/W_UV lines ran out of their code block and its table's vector column was
+    cut off at the table's edge.  Now the code wraps in its column and the table of latent vectors, under the shape
+    diagram, lies inside the page's main column and needs no sideways scroll."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.goto(f"{base_url}/steps?text={TEXT}&variant=mla&stage=latent")
+    wait_idle(page, timeout=FIRST_RUN_MS)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    code = main.get_by_test_id("stCode").filter(has_text="self.W_UK(latent)").first  # the stage's, then the source's
+    assert code.locator("pre").evaluate("p => p.scrollWidth <= p.clientWidth + 1"), "the code scrolls sideways"
+    table = main.get_by_test_id("stDataFrame")
+    expect(table).to_have_count(1)
+    table.scroll_into_view_if_needed()
+    column, box = main.locator("[data-testid=stMainBlockContainer]").bounding_box(), table.bounding_box()
+    assert column["x"] - 1 <= box["x"] and box["x"] + box["width"] <= column["x"] + column["width"] + 1, (box, column)
+    scroller = table.locator(".dvn-scroller").first
+    assert scroller.evaluate("s => s.scrollWidth <= s.clientWidth + 1"), "the table scrolls sideways"

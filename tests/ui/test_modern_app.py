@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers.apptest import link_notices, no_exception, open_app, plotly_figures
+from helpers.apptest import link_notices, main_warnings, no_exception, open_app, plotly_figures, share_link
 from streamlit.testing.v1 import AppTest
 
 from attnviz import weights
@@ -206,10 +206,16 @@ def test_hostile_url_values_give_a_notice_and_keep_the_text(query, name, page):
     assert at.title
 
 
-@pytest.mark.parametrize("query", [RUNS["gqa_rotary"], {"variant": "mqa", "positions": "rotary"}], ids=["gqa", "mqa"])
-def test_steps_page_numbers_each_stage_once_and_draws_the_rotation(query):
-    at = app("pages/steps.py", **query)
+@pytest.mark.parametrize(("query", "refused"), [
+    ({**RUNS["gqa_rotary"], "pair": "32"}, "pair='32': it is out of range (this run's 32 pairs of dimensions: 0 … 31)"),
+    ({"variant": "mqa", "positions": "rotary", "pair": "two"},
+     "pair='two': it is not a whole number (this run's 32 pairs of dimensions: 0 … 31)"),
+], ids=["gqa", "mqa"])
+def test_steps_page_numbers_each_stage_once_and_draws_the_rotation(query, refused):
+    at = app("pages/steps.py", **query)  # a link whose pair this run has not: a notice, pair 0, the URL without it
     no_exception(at)
+    assert f"Ignored URL parameter {refused}; showing pair 0." in main_warnings(at)
+    assert "pair" not in at.query_params and "pair=" not in share_link(at)
     stage_control = at.segmented_control(key="steps_stage")
     numbers = [str(option).split(" · ")[0] for option in stage_control.options]
     assert len(set(numbers)) == len(numbers) and numbers == sorted(numbers), list(stage_control.options)
@@ -231,3 +237,10 @@ def test_steps_page_numbers_each_stage_once_and_draws_the_rotation(query):
         columns = [list(frame.value.columns) for frame in at.dataframe]
         assert columns == [["token", "p·θ_d", f"{side}[{pair}]", f"{side}[{pair + 32}]", f"{side}′[{pair}]",
                             f"{side}′[{pair + 32}]"] for side in ("q", "k")], columns
+    # the pair picked is in the URL and the Share link (the link's refused one is moot), and stays on the other
+    # stages, for the rotation's: back on it, the page draws that pair
+    assert at.query_params.get("pair") == "5" and "pair=5" in share_link(at) and "pair=" not in main_warnings(at)
+    at.segmented_control(key="steps_stage").set_value("masked").run()
+    assert at.query_params.get("pair") == "5" and "pair=5" in share_link(at)
+    at.segmented_control(key="steps_stage").set_value("rotated_queries").run()
+    assert at.slider(key="steps_pair").value == 5

@@ -1,4 +1,5 @@
-"""AppTest of the pages' own URL parameters — ``head``, ``stage``, ``row``, ``col`` on the Heads and Steps pages,
+"""AppTest of the pages' own URL parameters — ``head``, ``stage``, ``row``, ``col`` on the Heads and Steps pages (and
+what the window's sliders move on the Steps page's rotation and K/V groups), the Steps page's ``pair``,
 Compare's ``map``, the Pitfall lab's ``bug`` and ``token``, the Induction lab's ``T``, ``token_seed``, ``head`` and
 ``knockout``, Generate's ``new_tokens``, ``random``, ``step``, ``map_layer`` and ``head``: a
 link opens that view; a value the run has not gets a notice in words and the default; the URL and the Share link
@@ -336,7 +337,8 @@ def test_the_cell_comes_back_with_its_map_and_not_with_another():
 
 def test_the_steps_page_follows_its_own_head_stage_and_window():
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    for key, value in {"text": LONG, "num_heads": "4", "head": "2", "stage": "scaled", "row": "30"}.items():
+    for key, value in {"text": LONG, "num_heads": "4", "variant": "gqa", "num_kv_groups": "2", "positions": "rotary",
+                       "head": "2", "stage": "scaled", "row": "30"}.items():
         at.query_params[key] = value
     at.switch_page("pages/steps.py").run()
     no_exception(at)
@@ -345,12 +347,27 @@ def test_the_steps_page_follows_its_own_head_stage_and_window():
     assert at.slider(key="steps_row0").value == 30
     at.selectbox(key="steps_focus").set_value(1).run()
     assert url(at, "head") == "1" and "head=1" in share_link(at)
+    # the rotation's pair figures start at the window's first query row and first key column, each slider saying so
+    at.slider(key="steps_col0").set_value(40)
+    at.segmented_control(key="steps_stage").set_value("rotated_queries").run()
+    titles = [fig["layout"]["title"]["text"].replace("<br>", " ") for fig in figures(at)]
+    assert "tokens 30–37 of 360" in titles[0] and "tokens 40–47 of 360" in titles[1], titles
+    assert "the key figure draws" in at.slider(key="steps_col0").help and not at.slider(key="steps_col0").disabled
+    # the K/V groups draw no map: the window's sliders are disabled there and say why, and keep their place
+    at.segmented_control(key="steps_stage").set_value("kv_repeat").run()
+    for key in ("steps_row0", "steps_col0"):
+        assert at.slider(key=key).disabled and "This stage draws no map" in at.slider(key=key).help
+    assert (url(at, "row"), url(at, "col")) == ("30", "40")
     bad = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     bad.query_params["stage"] = "rotated_queries"  # a stage of rotary runs only
+    bad.query_params["pair"] = "3"  # the pair that stage draws
     bad.switch_page("pages/steps.py").run()
     no_exception(bad)
     assert "Ignored URL parameter stage='rotated_queries': it is not a stage this page shows" in main_warnings(bad)
     assert "showing masked" in main_warnings(bad) and bad.segmented_control(key="steps_stage").value == "masked"
+    assert ("Ignored URL parameter pair='3': it picks nothing here: this run does not rotate q and k (with Positions: "
+            "rotary it does); no stage draws a pair.") in main_warnings(bad)
+    assert url(bad, "pair") is None and "pair=" not in share_link(bad)
 
 
 def test_a_pages_parameters_stay_on_their_page():
