@@ -169,8 +169,8 @@ BOOK_SOFTMAX = "torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=-1)"  # the
 HELPERS = {
     "_single_head": "the steps v1, v2 and `CausalAttention` share",
     "_mask_bool": "the causal mask: the class's `mask` buffer as the book slices it, "
-                  "`self.mask.bool()[:num_tokens, :num_tokens]`, or for v1 and v2, which have none, the same triangle "
-                  "built for the tokens",
+                  "`self.mask.bool()[:num_tokens, :num_tokens]`, after a check that the tokens fit it, or for v1 and "
+                  "v2, which have none, the same triangle built for the tokens",
     "scaled_dot_product": "the steps GQA, MQA, MLA and sliding-window attention share",
 }
 ADDED_ARGUMENTS = ("causal", "rope_base")  # attnviz's keyword arguments; their defaults run the book's class
@@ -179,9 +179,9 @@ SIZE_CHECKS = ("check_sizes", "check_context")  # attnviz's lines that refuse si
 
 def listing_note(trace: Trace) -> str | None:
     """One line: how the class on the Steps page (what runs, read with ``inspect``) differs from the book's listing —
-    lines that record each stage, the size checks its source calls, attnviz's keyword arguments, and the scaling as a
-    stage of its own, before the mask where the book masks the raw scores and divides inside ``torch.softmax`` (−∞ ÷
-    √dₖ is still −∞: the same weights).  None for a user's module (its own source)."""
+    lines that record each stage, the size checks its source and helpers call, attnviz's keyword arguments, and the
+    scaling as a stage of its own, before the mask where the book masks the raw scores and divides inside
+    ``torch.softmax`` (−∞ ÷ √dₖ is still −∞: the same weights).  None for a user's module (its own source)."""
     config = trace.config
     if config.module is not None:
         return None
@@ -201,11 +201,12 @@ def listing_note(trace: Trace) -> str | None:
     if not spec.scaled:  # 3.3: the book runs its steps without a class, and does not scale
         return (f"`{spec.cls.__name__}` puts the steps of {where}, which the book runs without a class, in a class "
                 f"with `record(recorder, …)` lines added{arguments}. Like the book, it does not scale.")
-    checks = [f"`{name}(…)`" for name in SIZE_CHECKS if f"{name}(" in inspect.getsource(spec.cls)]
-    added_lines = (f"`record(recorder, …)` and {' and '.join(checks)} lines added (a size the class cannot take is "
-                   "a ValueError in words where the book's code reaches torch's own error)" if checks
-                   else "`record(recorder, …)` lines added")
-    lead = f"The book's `{spec.cls.__name__}` ({where}){moved} with {added_lines}{arguments}."
+    shown = "".join(inspect.getsource(part) for part in (spec.cls, *spec.source_parts))  # the class and its helpers
+    calls = ["`record(recorder, …)`", *(f"`{name}(…)`" for name in SIZE_CHECKS if f"{name}(" in shown)]
+    added_lines = f"{', '.join(calls[:-1])} and {calls[-1]}" if len(calls) > 1 else calls[0]
+    checked = (" The size checks make a size the class cannot take a ValueError in words, where the book's code "
+               "reaches torch's own error." if len(calls) > 1 else "")
+    lead = f"The book's `{spec.cls.__name__}` ({where}){moved} with {added_lines} lines added{arguments}.{checked}"
     labels = {**STEP_LABELS, **stage_labels(trace)}
     if spec.book_causal and trace.hides_future:
         return (f"{lead} It scales ({labels['scaled']}) before it masks ({labels['masked']}); the book masks, then "

@@ -171,8 +171,9 @@ def test_the_steps_pages_before_panels_title_their_stage_as_the_heads_page_does(
     assert not any("before: masked scores" in title for title in titles)
 
 
-LISTING = ("The book's `MultiHeadAttention` (Section 3.6.2) with `record(recorder, …)` and `check_sizes(…)` and "
-           "`check_context(…)` lines added (a size the class cannot take is a ValueError in words")
+ADDED_LINES = "`record(recorder, …)`, `check_sizes(…)` and `check_context(…)` lines added"
+SIZE_CHECKED = "The size checks make a size the class cannot take a ValueError in words"
+LISTING = f"The book's `MultiHeadAttention` (Section 3.6.2) with {ADDED_LINES}"
 BOOK_ORDER = ("It scales (2 · ÷√dₖ) before it masks (3 · causal mask); the book masks, then scales inside "
               "`torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=-1)` — −∞ ÷ √dₖ is still −∞, so the weights are "
               "the same.")
@@ -198,7 +199,8 @@ def test_the_steps_page_says_how_its_class_differs_from_the_books_listing():
 @pytest.mark.parametrize("variant", ["self_attention_v1", "self_attention_v2", "causal"])
 def test_the_steps_page_says_plainly_where_a_single_head_class_runs_its_steps_and_shows_its_mask(variant):
     """The note of a single-head class says that attnviz runs its steps in helper functions, names each with what it
-    does (`_single_head`, `_mask_bool`), and the source expander shows both bodies."""
+    does (`_single_head`, `_mask_bool`) and the lines attnviz added to the class and to them, and the source expander
+    shows both bodies."""
     at = page("pages/steps.py", variant=variant, stage="masked", causal="true")
     text = said(at)
     assert "its steps in `_single_head` below it" not in text
@@ -208,3 +210,5 @@ def test_the_steps_page_says_plainly_where_a_single_head_class_runs_its_steps_an
     code = " ".join(c.value for c in expander.code)
     assert "def _single_head(" in code and "def _mask_bool(" in code
     assert "return mask.bool()[:num_tokens, :num_tokens]" in code  # the book's slice of its buffer
+    # the size checks the class and its helpers hold are named, as the record lines are
+    assert "check_sizes(" in code and "check_context(" in code and ADDED_LINES in text and SIZE_CHECKED in text
