@@ -239,7 +239,9 @@ def _weigh(trace, head: int, window: tuple[int, int, int]) -> None:
                                                 **common),
                       config=plotly_config("attnviz-weights"), key="heads_vw_weights")
     right.plotly_chart(figures.attention_heatmap(vw, trace.tokens, "weights", title=f"head {head}: ‖weight × value‖",
-                                                 label="‖weight × value‖",  # masked as the weights are
+                                                 # masked as the weights are; in two lines, a colour bar title
+                                                 # as narrow as "weights", so the two maps are drawn the same size
+                                                 label="‖weight ×<br>value‖",
                                                  zrange=(0.0, float(np.nanmax(vw)) or 1.0), **common),
                        config=plotly_config("attnviz-value-weighted"), key="heads_vw_map")
 

@@ -336,6 +336,7 @@ def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset
     are :func:`undrawn_points`: Plotly draws none of them, while its hover and selection still test every point, so
     the overlay adds no node a cell.  Not markers there: Plotly's hover takes any marker within 3 px of the pointer as
     the nearest, a cell or two away where cells are that small; a text point must be within half a pixel."""
+    stage = stage.replace("<br>", " ")  # a colour bar's title in two lines reads as one in the hover
     rows, cols = values.shape
     keys = np.tile(np.arange(col_offset, col_offset + cols, dtype=np.int16), rows)  # (rows·cols,) positions < 2¹⁵
     queries = np.repeat(np.arange(row_offset, row_offset + rows, dtype=np.int16), cols)  # (rows·cols,)
