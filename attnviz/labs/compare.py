@@ -56,12 +56,8 @@ MAP_CHOICES = ("head 0", "mean over heads")
 SCALE_NOTE = ("Colour: the attention weight, from 0 (dark) to 1 (yellow), on one scale for every map; grey cells are "
               "masked.")
 MAP_WIDTH = 290  # px: a variant's map on the Compare page; as many a row as fit (three beside the sidebar at 1,400)
-# px: a map beside the user's module's, each with its colour bar: two side by side beside the sidebar at 1,280 px
-PAIR_MAP_WIDTH = 390
 # a two-line title above a map's key tokens, under the modebar's row: more than their labels and axis title take
 TWO_LINE_TITLE_PX = margins.MODEBAR_PX + 20
-# px: a map under that title (its key tokens' labels, cells and legend) where the page gives it no width
-MAP_PX = 388
 
 
 # --------------------------------------------------------------------------- inputs and modules
@@ -637,16 +633,14 @@ def variant_caption(result: VariantResult, causal: bool, seed: bool = False) -> 
 
 
 def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causal: bool = True,
-                    current: str | None = None, under_title_px: int = MAP_PX,
-                    width: int | None = MAP_WIDTH, show_scale: bool = False) -> go.Figure:
+                    current: str | None = None, width: int = MAP_WIDTH, show_scale: bool = False) -> go.Figure:
     """:func:`figures.attention_heatmap` of one variant's weights, with its two-line title
     (:func:`variant_title`) placed clear of the key-token ticks, its cells square across ``width`` (the chart's):
     without a colour bar (the page says the one scale of every map: :data:`SCALE_NOTE`), unless ``show_scale``
     (a map beside the user's module's).  Grey: the future where ``causal``, and the keys a sliding window hid
     (:meth:`VariantResult.hidden_map`)."""
     fig = figures.attention_heatmap(result.attention_map(how), tokens, "weights", causal=causal,
-                                    title=variant_title(result, how, current), under_title_px=under_title_px,
-                                    title_px=TWO_LINE_TITLE_PX, width=width,
+                                    title=variant_title(result, how, current), title_px=TWO_LINE_TITLE_PX, width=width,
                                     show_scale=show_scale, hidden=result.hidden_map(how))
     return _two_line_title(fig)
 
@@ -658,7 +652,7 @@ def _two_line_title(fig: go.Figure) -> go.Figure:
 
 
 def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_TOKENS,
-                   under_title_px: int = MAP_PX, width: int | None = PAIR_MAP_WIDTH) -> go.Figure:
+                   width: int = figures.PAIR_MAP_PX) -> go.Figure:
     """A user module's weights (head 0 of its Trace, first ``max_tokens`` tokens) titled like the variants, grey where
     its own mask hid a key (``Trace.hides_future``, ``Trace.hidden_cells``): a mask that hides nothing is drawn with
     the weights it gave.  ``width``: the chart's, across which its cells are square."""
@@ -669,8 +663,8 @@ def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_T
     if hidden is not None:  # the cells every head hides (the mean over heads), or head 0's
         hidden = (hidden.all(axis=0) if how == "mean over heads" else hidden[0])[:max_tokens, :max_tokens]
     fig = figures.attention_heatmap(result.attention_map(how), trace.tokens[:max_tokens], "weights",
-                                    causal=trace.hides_future, title=title, under_title_px=under_title_px,
-                                    title_px=TWO_LINE_TITLE_PX, hidden=hidden, width=width)
+                                    causal=trace.hides_future, title=title, title_px=TWO_LINE_TITLE_PX,
+                                    hidden=hidden, width=width)
     return _two_line_title(fig)
 
 

@@ -20,7 +20,7 @@ from attnviz.tokens import counted
 from attnviz.ui import compute, lab_selectors
 from attnviz.ui.frame import Context, plotly_config, variant_label
 from attnviz.ui.share import share_link
-from attnviz.views import saturation
+from attnviz.views import figures, saturation
 
 if TYPE_CHECKING:
     from attnviz.config import AttentionConfig
@@ -110,13 +110,13 @@ def _module_beside_mha(page_run: Context, result: compare.Comparison, base: Atte
     st.caption("The same tokens and input embeddings; each with its own seeded weights, so the maps differ in "
                "values — compare the mask, how peaked the rows are, the shapes.")
     row = st.container(horizontal=True, gap="medium")  # side by side where two fit, else one above the other
-    mine, book = (row.container(width=compare.PAIR_MAP_WIDTH) for _ in range(2))
+    mine, book = (row.container(width=figures.PAIR_MAP_PX) for _ in range(2))
     with mine:
         st.plotly_chart(compare.module_heatmap(trace, how="head 0"), config=plotly_config("attnviz-compare-module"))
     with book:
         mha = next(v for v in result.variants if v.variant == variants.MHA)
         st.plotly_chart(compare.variant_heatmap(mha, result.tokens, "head 0", causal=base.causal,
-                                                width=compare.PAIR_MAP_WIDTH, show_scale=True),
+                                                width=figures.PAIR_MAP_PX, show_scale=True),
                         config=plotly_config("attnviz-compare-mha"))
     st.dataframe(compare.module_vs_mha_rows(trace, mha), hide_index=True)
 

@@ -45,9 +45,6 @@ from attnviz.urlstate import (
 from attnviz.words import amount
 
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
-# the focused map's column: its square plot beside the labels and colour bar, and the "why" panel beside it on a
-# 1,280 px window with the sidebar open (a narrower page puts the panel under the map)
-FOCUSED_MAP_PX = 480
 
 
 @st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
@@ -229,7 +226,7 @@ def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, 
         title=f"{config.head_label(head)}: {steps.stage_title(trace, stage)}",
         row_offset=row0,
         col_offset=col0,
-        validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}", width=FOCUSED_MAP_PX,
+        validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}", width=figures.FOCUSED_MAP_PX,
         hidden=None if hidden is None else hidden[row0 : row0 + size, col0 : col0 + size],
     )
     if size == trace.n:
@@ -330,7 +327,7 @@ def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None 
     ``link``: the place of the sidebar's Share link, which this fragment fills once the window and the cell are bound
     (the URL holds them), so that the link a rerun of this fragment alone leaves in the sidebar carries them."""
     from attnviz.ui import why
-    from attnviz.views import explain_figures
+    from attnviz.views import explain_figures, figures
 
     trace = trace_of(key)
     url_notices("heads_row0", "heads_col0")
@@ -347,7 +344,7 @@ def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None 
     # the panel beside the map where the page has room for both at their widths, else under it (Streamlit wraps a
     # horizontal container's elements): the map keeps its square cells, the panel the width its charts are made for
     row = st.container(horizontal=True)
-    map_col, why_col = row.container(width=FOCUSED_MAP_PX), row.container(width=explain_figures.PANEL_PX)
+    map_col, why_col = row.container(width=figures.FOCUSED_MAP_PX), row.container(width=explain_figures.PANEL_PX)
     with why_col:
         picked = why.token_picker(trace, on_pick=_picks_replace_selection)
         slot = st.empty()

@@ -150,8 +150,6 @@ def _lens(ref: str, token_ids: tuple[int, ...], position: int):
     return models.logit_lens(_model(ref), token_ids, position)
 
 
-# px: a map's column (its labels, square cells and colour bar); two side by side beside the sidebar at 1,280 px
-MAP_COLUMN_PX = 390
 WHAT_TABS = ("Knock out this head", "‖weight × value‖", "Rollout, logit lens")
 AS_TRAINED = "The causal mask is off for the maps above; this runs the model as it was trained, with it."
 
@@ -230,11 +228,11 @@ def _weigh(trace, head: int, window: tuple[int, int, int]) -> None:
         st.caption(f"The focused view's window: query rows {row0}…{row0 + size - 1}, "
                    f"key columns {col0}…{col0 + size - 1}.")
     row = st.container(horizontal=True, gap="medium")  # side by side where two fit, else one above the other
-    left, right = (row.container(width=MAP_COLUMN_PX) for _ in range(2))
+    left, right = (row.container(width=figures.PAIR_MAP_PX) for _ in range(2))
     hidden = trace.hidden_cells(head)  # (n, n) or None: the layer's sliding window, greyed as on the focused map
     hidden = None if hidden is None else hidden[cells]  # (size, size)
     common = {"causal": trace.hides_future, "hidden": hidden, "row_offset": row0, "col_offset": col0,
-              "width": MAP_COLUMN_PX, "validate": False}
+              "width": figures.PAIR_MAP_PX, "validate": False}
     left.plotly_chart(figures.attention_heatmap(weights[cells], trace.tokens, "weights", title=f"head {head}: weights",
                                                 **common),
                       config=plotly_config("attnviz-weights"), key="heads_vw_weights")
@@ -258,9 +256,9 @@ def _through_the_layers(trace, position: int, window: tuple[int, int, int]) -> N
                 "each input token can reach each position so far.")
     row0, col0, size = window
     rolled = _rollout(ref, ids)[layer][row0:row0 + size, col0:col0 + size]
-    st.container(width=MAP_COLUMN_PX).plotly_chart(
+    st.container(width=figures.PAIR_MAP_PX).plotly_chart(
         figures.attention_heatmap(rolled, trace.tokens, "weights", title=f"rollout through layers 0…{layer}",
-                                  row_offset=row0, col_offset=col0, width=MAP_COLUMN_PX, validate=False),
+                                  row_offset=row0, col_offset=col0, width=figures.PAIR_MAP_PX, validate=False),
         config=plotly_config("attnviz-rollout"), key="heads_rollout")
     st.markdown(f"**Logit lens at position {position}**: the model's own final norm and output head read after "
                 "every block — where in the depth the prediction forms.")

@@ -23,6 +23,7 @@ from attnviz.ui import compute, lab_selectors
 from attnviz.ui.cache import trace_of
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import share_link
+from attnviz.views import figures
 
 
 def draw(page_run: Context) -> None:
@@ -122,7 +123,7 @@ def both_versions(page_run: Context, setup: LabSetup, tokens: tuple[str, ...], p
     correct_name = "the book's code" if pitfall.correct is workbench.build_correct else "the correct code"
     head = pitfall.shown_head(setup)
     row = st.container(horizontal=True, gap="medium")  # side by side where two fit, else one above the other
-    columns = [row.container(width=pitfall_figures.MAP_COLUMN_PX) for _ in range(2)]
+    columns = [row.container(width=figures.PAIR_MAP_PX) for _ in range(2)]
     for column, version, name in zip(columns, (result.correct, result.buggy), (correct_name, "with the bug")):
         with column:
             st.markdown(f"**{name.capitalize()}**")

@@ -177,8 +177,12 @@ def shared_range(matrices) -> tuple[float, float]:
 
 
 MAP_TITLE_PX = margins.title_top()  # a token map's one-line title under the modebar's row, above its key tokens
-MAP_PX = 480  # a token map under its title (the Heads page's focused map): its key tokens' labels, cells and legend
-SMALL_MAP_PX = 380  # a shorter one's: a difference map, the Interventions' pair side by side and their rollout
+MAP_PX = 480  # a token map under its title where no width is given: its key tokens' labels, cells and legend
+# px: a map's column (its labels, square cells and colour bar); two side by side beside the sidebar at 1,280 px
+PAIR_MAP_PX = 390
+# px: the Heads page's focused map (its labels, square cells and colour bar), with the "why" panel beside it on a
+# 1,280 px window with the sidebar open (a narrower page puts the panel under the map)
+FOCUSED_MAP_PX = 480
 NO_COLOUR_BAR_PX = 24  # the right margin of a map without a colour bar: its last key label's turned foot
 COLOUR_BAR_BELOW_PX = 44  # a horizontal colour bar under a map: the gap above it, the bar and its tick labels
 COLOUR_BAR_GAP_PX = 14  # from the map's foot to the top of a colour bar under it, with room for the title beside it
@@ -541,11 +545,12 @@ SUP_SCALE = 0.7  # a <sup> line's text against its title's (Plotly draws it at 7
 GRID_ROW_PX = 150  # a row of GRID_COLUMNS square tiles, about the width of the grid's column on a wide page
 
 
-def _grid_row_px(columns: int) -> int:
+def _grid_row_px(heads: int) -> int:
     """A grid row's height: fewer heads than a full row get taller rows, so their square tiles span about the width a
-    full row would (at most twice as tall: one head's tile is not made page-sized); ``columns``: the heads, up to
-    :data:`GRID_COLUMNS` (a grid of more heads in fewer columns, for their titles, keeps a full row's height)."""
-    return round(GRID_ROW_PX * min(2.0, max(1.0, GRID_COLUMNS / columns)))
+    full row would (at most twice as tall: one head's tile is not made page-sized); ``heads``: the grid's heads,
+    capped at :data:`GRID_COLUMNS` (a grid of more heads in fewer columns, for their titles, keeps a full row's
+    height)."""
+    return round(GRID_ROW_PX * min(2.0, max(1.0, GRID_COLUMNS / heads)))
 
 
 @functools.lru_cache(maxsize=8)
@@ -650,11 +655,10 @@ def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarra
 
 
 def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: str, row_offset: int = 0,
-                       col_offset: int = 0, under_title_px: int = SMALL_MAP_PX,
-                       hidden: np.ndarray | None = None, width: int | None = None,
+                       col_offset: int = 0, hidden: np.ndarray | None = None, width: int | None = None,
                        scale_below: bool = False) -> go.Figure:
     """after − before (finite cells only), diverging colours around 0, on a token map's axes and overlay
-    (``under_title_px``, ``width``, ``scale_below``: as in :func:`attention_heatmap`); ``hidden`` (rows × cols bool):
+    (``width``, ``scale_below``: as in :func:`attention_heatmap`); ``hidden`` (rows × cols bool):
     cells the run's mask hid, grey as in the maps of the weights (their difference is 0 − 0, not a change)."""
     with np.errstate(invalid="ignore"):
         diff = np.asarray(after, np.float32) - np.asarray(before, np.float32)
@@ -663,7 +667,7 @@ def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: 
         diff[hidden] = np.nan
     bound = float(np.nanmax(np.abs(diff))) if np.isfinite(diff).any() else 1.0
     return attention_heatmap(diff, tokens, "Δ", causal=False, title=title, row_offset=row_offset,
-                             col_offset=col_offset, under_title_px=under_title_px, width=width,
+                             col_offset=col_offset, width=width,
                              scale_below=scale_below, zrange=(-(bound or 1.0), bound or 1.0))
 
 

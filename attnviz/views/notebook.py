@@ -13,8 +13,6 @@ from attnviz.tokens import counted
 from attnviz.trace import Trace, index_in, require_trace
 from attnviz.views import diagram, figures, steps
 
-FOCUSED_MAP_PX = 480  # px: the focused head's map, its labels and colour bar, its cells square (the Heads page's width)
-
 
 def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     """{"grid": the head grid, "head": head ``head`` in full, "flow": the shape flow's HTML} of a Trace; anything else
@@ -39,9 +37,10 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     grid = figures.mark_focus(figures.heads_grid(maps, stage, hidden=hidden, window=trace.window, labels=labels,
                                                  columns=columns, stage_title=title, **mask), head)
     focused = figures.attention_heatmap(maps[head], trace.tokens, stage, **mask,
-                                        hidden=None if hidden is None else hidden[head], width=FOCUSED_MAP_PX,
+                                        hidden=None if hidden is None else hidden[head], width=figures.FOCUSED_MAP_PX,
                                         title=f"{config.head_label(head) if shared else f'head {head}'}: {title}")
-    focused.layout.width = FOCUSED_MAP_PX  # a notebook draws a figure as wide as its cell unless it says its width
+    # a notebook draws a figure as wide as its cell unless it says its width
+    focused.layout.width = figures.FOCUSED_MAP_PX
     flow = (diagram.op_flow_html(trace, highlight=stage) if trace.module_run is not None
             else diagram.shape_flow_html(trace.shapes, config, highlight=stage, window=trace.window,
                                          hides_future=trace.hides_future,

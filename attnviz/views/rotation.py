@@ -20,13 +20,12 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from attnviz import rope
-from attnviz.views import margins
+from attnviz.views import margins, steps
 
 if TYPE_CHECKING:
     from attnviz.trace import Trace
 
 PAIR_FIGURE_TOKENS = 8  # the tokens one pair's figure draws (the first ones): more arcs than this tangle
-PAIR_FIGURE_PX = 330  # a pair's figure's width (and its plot's height): the Steps page's pair column (steps.PAIR_WIDTH)
 POSITION_COLOURS = "Plasma"  # one colour a position, dark (0) to bright (last drawn): later positions turn further
 ANGLE_COLOURS = "Twilight"  # cyclic: 0° and 360° are one colour, as they are one direction
 ARC_POINTS = 48  # points of the arc from a vector before to the same vector after
@@ -126,13 +125,13 @@ def pair_figure(rotation: Rotation, pair: int, side: str = "q", start: int = 0) 
     count = f"tokens {shown.start}–{shown.stop - 1} of {rotation.n:,}" if len(shown) < rotation.n else "every token"
     text = margins.wrapped_title(f"{name} (head {rotation.head if side == 'q' else rotation.kv_head}"
                                  f"{'' if side == 'q' else ' of K/V'}), {pair_label(rotation, pair)} — {count}: "
-                                 "○ before, ● after", PAIR_FIGURE_PX, 14)
+                                 "○ before, ● after", steps.PAIR_WIDTH, 14)
     margin = {"l": margins.beside(title=True), "r": 10, "t": margins.title_top(text.count("<br>") + 1, 14),
               "b": margins.LINE_PX + margins.TITLE_PX}
-    plot_px = PAIR_FIGURE_PX - margin["l"] - margin["r"]
+    plot_px = steps.PAIR_WIDTH - margin["l"] - margin["r"]
     axis = {"range": [-reach, reach], "zeroline": True, "zerolinecolor": "#bbb", "showgrid": False}
     return fig.update_layout(
-        title=margins.title(text, 14), width=PAIR_FIGURE_PX, height=margins.height(plot_px, margin), margin=margin,
+        title=margins.title(text, 14), width=steps.PAIR_WIDTH, height=margins.height(plot_px, margin), margin=margin,
         xaxis={**axis, "title": {"text": f"x[{pair}]"}, "constrain": "domain"},
         yaxis={**axis, "title": {"text": f"x[{pair + rotation.pairs}]"}, "scaleanchor": "x", "scaleratio": 1,
                "constrain": "domain"},

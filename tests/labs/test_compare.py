@@ -23,6 +23,7 @@ from attnviz.config import AttentionConfig, preset_config
 from attnviz.labs import compare
 from attnviz.trace import Trace
 from attnviz.urlstate import DEFAULTS
+from attnviz.views.figures import PAIR_MAP_PX
 from attnviz.words import amount
 
 TIMEOUT = 120
@@ -401,7 +402,7 @@ def test_variant_heatmap_draws_the_chosen_map_with_masked_cells_as_gaps():
     assert np.allclose(np.nan_to_num(z), mha.weights.mean(axis=0), atol=1e-6)
     with pytest.raises(ValueError):  # a narrow map has no colour bar: the page says its one scale (SCALE_NOTE)
         colour_range(fig)
-    beside_module = compare.variant_heatmap(mha, result.tokens, "head 0", width=compare.PAIR_MAP_WIDTH, show_scale=True)
+    beside_module = compare.variant_heatmap(mha, result.tokens, "head 0", width=PAIR_MAP_PX, show_scale=True)
     assert colour_range(beside_module) == (0.0, 1.0)
     assert fig.layout.title.text == compare.variant_title(mha, "mean over heads", "mha")
     assert fig.layout.margin.t > 110  # the two-line title has its own room above the key ticks

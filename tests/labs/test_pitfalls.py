@@ -433,7 +433,7 @@ def test_the_cache_figure_has_a_bar_per_cached_forward(lab):
 
     lines = fig.layout.title.text.split("<br>")
     assert len(lines) > 1 and " ".join(lines).endswith("(sequence 1, then sequence 2 after the reset)")
-    assert all(margins.title_px(line, 13) + margins.TITLE_INSET_PX <= pitfall_figures.MAP_COLUMN_PX for line in lines)
+    assert all(margins.title_px(line, 13) + margins.TITLE_INSET_PX <= figures.PAIR_MAP_PX for line in lines)
 
 
 @pytest.mark.parametrize("key", ["rope_queries_only", "rope_values"])
@@ -813,7 +813,7 @@ def test_weights_figure_writes_nan_on_computed_nan_cells(lab):
 
 
 def test_weights_figure_labels_only_the_key_tokens_its_column_holds():
-    """The lab's map is drawn in a column MAP_COLUMN_PX wide (the page puts the two versions one above the other
+    """The lab's map is drawn in a column figures.PAIR_MAP_PX wide (the page puts the two versions one above the other
     where two do not fit): its turned key-token labels are as many as that column's plot holds side by side, so they
     never overlap."""
     text = " ".join(f"w{i}" for i in range(30))
@@ -821,7 +821,7 @@ def test_weights_figure_labels_only_the_key_tokens_its_column_holds():
     buggy = catalogue.run_pitfall("softmax_dim", setup, x).buggy
     tokens = [f"t{i}" for i in range(x.shape[1])]
     fig = pitfall_figures.weights_figure(buggy.observation, tokens)
-    plot_width = pitfall_figures.MAP_COLUMN_PX - fig.layout.margin.l - fig.layout.margin.r
+    plot_width = figures.PAIR_MAP_PX - fig.layout.margin.l - fig.layout.margin.r
     shown = len(fig.layout.xaxis.ticktext)
     assert x.shape[1] >= 30 and 2 <= shown < x.shape[1]
     assert shown * figures.COLUMN_LABEL_PX <= plot_width

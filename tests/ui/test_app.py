@@ -20,9 +20,8 @@ from streamlit.proto.Dataframe_pb2 import Dataframe as DataframeProto
 from streamlit.proto.PlotlyChart_pb2 import PlotlyChart as PlotlyChartProto
 from streamlit.testing.v1 import AppTest
 
-from attnviz.ui.heads import FOCUSED_MAP_PX
 from attnviz.views.explain_figures import PANEL_PX
-from attnviz.views.figures import CHIPS_BOX_PX
+from attnviz.views.figures import CHIPS_BOX_PX, FOCUSED_MAP_PX
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ("pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py")

@@ -224,7 +224,6 @@ def _token_maps(text: str = "The cat sat on the mat. The cat sat on the mat.") -
     from attnviz.labs import compare
     from attnviz.labs.pitfalls import figures as pitfall_figures
     from attnviz.labs.pitfalls.detectors import Observation
-    from attnviz.ui import heads, interventions
     from attnviz.views import notebook, steps
 
     trace = pipeline.run(text, AttentionConfig(variant="mha", d_in=8, d_out=8, num_heads=2))
@@ -234,9 +233,9 @@ def _token_maps(text: str = "The cat sat on the mat. The cat sat on the mat.") -
     observation = Observation({"weights": maps, "masked": trace.steps["masked"][0]}, None, None)
     two_lines = margins.title_top(2)  # a pair's title room of two lines
     return [
-        ("focused map", figures.attention_heatmap(weights, trace.tokens, "weights", width=heads.FOCUSED_MAP_PX),
-         heads.FOCUSED_MAP_PX),
-        ("notebook", notebook.figures_of(trace)["head"], notebook.FOCUSED_MAP_PX),
+        ("focused map", figures.attention_heatmap(weights, trace.tokens, "weights", width=figures.FOCUSED_MAP_PX),
+         figures.FOCUSED_MAP_PX),
+        ("notebook", notebook.figures_of(trace)["head"], figures.FOCUSED_MAP_PX),
         ("Steps pair", figures.attention_heatmap(weights, trace.tokens, "weights", scale_below=True,
                                                  width=steps.PAIR_WIDTH), steps.PAIR_WIDTH),
         ("Steps pair, two title lines", figures.attention_heatmap(weights, trace.tokens, "weights", scale_below=True,
@@ -245,14 +244,14 @@ def _token_maps(text: str = "The cat sat on the mat. The cat sat on the mat.") -
         ("difference", figures.difference_heatmap(weights, weights, trace.tokens, title="Δ", scale_below=True,
                                                   width=steps.PAIR_WIDTH), steps.PAIR_WIDTH),
         ("Interventions pair", figures.attention_heatmap(weights, trace.tokens, "weights",
-                                                         width=interventions.MAP_COLUMN_PX),
-         interventions.MAP_COLUMN_PX),
+                                                         width=figures.PAIR_MAP_PX),
+         figures.PAIR_MAP_PX),
         ("Induction stripe", head_figures.stripe_heatmap(weights, trace.tokens, 6, title="head 0"),
          head_figures.STRIPE_MAP_PX),
         ("Compare variant", compare.variant_heatmap(result, trace.tokens), compare.MAP_WIDTH),
-        ("Compare beside a module", compare.variant_heatmap(result, trace.tokens, width=compare.PAIR_MAP_WIDTH,
-                                                            show_scale=True), compare.PAIR_MAP_WIDTH),
-        ("Pitfall", pitfall_figures.weights_figure(observation, trace.tokens), pitfall_figures.MAP_COLUMN_PX),
+        ("Compare beside a module", compare.variant_heatmap(result, trace.tokens, width=figures.PAIR_MAP_PX,
+                                                            show_scale=True), figures.PAIR_MAP_PX),
+        ("Pitfall", pitfall_figures.weights_figure(observation, trace.tokens), figures.PAIR_MAP_PX),
     ]
 
 

@@ -13,7 +13,7 @@ from helpers.maps import cells_shown, images, pixels
 from attnviz import tracing
 from attnviz.explain import explain_weight
 from attnviz.labs import compare
-from attnviz.views import explain_figures, notebook, steps
+from attnviz.views import explain_figures, figures, notebook, steps
 
 TEXT = "Your journey starts with one step"
 
@@ -39,7 +39,7 @@ def test_a_mask_filled_with_0_is_drawn_with_the_weights_the_module_gave_the_futu
     assert not np.isnan(cells_shown(module_map)).any()  # the Compare page's map too
     layout = module_map.layout  # its cells square across its column, as the book's MHA's beside it
     assert layout.yaxis.scaleanchor == "x" and layout.height - layout.margin.t - layout.margin.b == (
-        compare.PAIR_MAP_WIDTH - layout.margin.l - layout.margin.r)
+        figures.PAIR_MAP_PX - layout.margin.l - layout.margin.r)
     assert not trace.hides_future and trace.leaks_future and trace.hidden_cells() is None
 
 

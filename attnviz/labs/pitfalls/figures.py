@@ -16,9 +16,6 @@ from attnviz.views import figures, margins
 
 LEAK_COLOR, STILL_COLOR, PERTURBED_COLOR, AFTER_COLOR = "#d62728", "#7f7f7f", "#ff7f0e", "#1f77b4"
 TOO_SMALL_TO_SEE = 1e-4  # a bar below this can't be seen: the cache chart labels it, a bar chart's legend says so
-# px: a version's column (its verdict and map); two fit side by side at 1,280 px with the sidebar open, and a
-# narrower page puts one above the other, where two half columns would squeeze the map's cells to a thin strip
-MAP_COLUMN_PX = 390
 UPRIGHT_LABELS_PX = 400  # the widest row of upright category labels a bar chart has room for on a page
 LEGEND_PX = 2 * margins.LEGEND_ROW_PX  # a bar chart's legend of two or three series, on two rows if the page is narrow
 # the leak detector's colours, in its legend's order: what a bar of each colour says
@@ -29,7 +26,7 @@ LEAK_LEGEND = {PERTURBED_COLOR: "the perturbed token", STILL_COLOR: "before it, 
 # --------------------------------------------------------------------------- figures
 
 def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: str = "weights",
-                   dropout: float = 0.0, width: int = MAP_COLUMN_PX) -> go.Figure:
+                   dropout: float = 0.0, width: int = figures.PAIR_MAP_PX) -> go.Figure:
     """One head's weights; cells whose score really was −∞ (masked) are grey — what is drawn is what the
     code did, so an ineffective mask shows as coloured cells above the diagonal.  No title (pages say
     which version it is): at this size a title would collide with the key-token axis on top.  Its cells are hovered,
@@ -52,11 +49,11 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
 
 def _bar_layout(title: str, labels: list[str], y_title: str, *, legend: bool = True,
                 above_plot: int = 0, angle: float = 60) -> dict:
-    """A bar chart's layout: its title under the modebar's row, on as many lines as a chart :data:`MAP_COLUMN_PX` wide
-    needs (the page's column beside the sidebar in a 900 px window is wider), ``above_plot`` px under it, ``labels``
-    under the bars (turned ``angle``°) and, with ``legend``, the legend at the figure's foot; margins that hold them
-    all, so Plotly draws the chart once."""
-    title = margins.wrapped_title(title, MAP_COLUMN_PX, 13)
+    """A bar chart's layout: its title under the modebar's row, on as many lines as a chart
+    :data:`~attnviz.views.figures.PAIR_MAP_PX` wide needs (the page's column beside the sidebar in a 900 px window is
+    wider), ``above_plot`` px under it, ``labels`` under the bars (turned ``angle``°) and, with ``legend``, the legend
+    at the figure's foot; margins that hold them all, so Plotly draws the chart once."""
+    title = margins.wrapped_title(title, figures.PAIR_MAP_PX, 13)
     top = margins.title_top(title.count("<br>") + 1, size=13, above_plot=above_plot)
     below = margins.across(labels, angle=angle, title=False) + (LEGEND_PX if legend else 0)
     return {"title": margins.title(title, 13), "yaxis_title": y_title, "height": 190 + top + below,
