@@ -622,8 +622,8 @@ BUILT_WITH_A_CONTEXT = [
 
 @pytest.mark.parametrize("cls, build", BUILT_WITH_A_CONTEXT)
 def test_a_context_past_the_memory_is_refused_in_words_before_anything_is_allocated(cls, build):
-    """context_length=10**7 asks for a 10**7 × 10**7 mask (400 TB): torch's allocator error before; now the class
-    says what is too large (the mask, context_length²) and what to make smaller, as GPTModel does."""
+    """context_length=10**7 asks for a 10**7 × 10**7 mask (400 TB): the class says, not torch's allocator, what is too
+    large (the mask, context_length²) and what to make smaller, as GPTModel does."""
     with pytest.raises(ValueError) as refused:
         build(10**7)
     message = str(refused.value)
@@ -675,8 +675,8 @@ def test_the_memory_a_class_is_refused_by_counts_every_number_it_holds(monkeypat
 
 @pytest.mark.parametrize("cls, build", BUILT_WITH_A_CONTEXT)
 def test_more_tokens_than_the_context_is_a_message_saying_what_fits(cls, build):
-    """The book's self.mask[:num_tokens, :num_tokens] is 4 × 4 for 6 tokens: torch's "The size of tensor a (6) must
-    match the size of tensor b (4)" before; now the tokens, the context and what to do."""
+    """The book's self.mask[:num_tokens, :num_tokens] is 4 × 4 for 6 tokens: the message names the tokens, the context
+    and what to do, not torch's "The size of tensor a (6) must match the size of tensor b (4)"."""
     module = build(4)
     with pytest.raises(ValueError) as refused:
         module(torch.randn(1, 6, 3))

@@ -201,8 +201,8 @@ AFTER_SOFTMAX = ": apply the dropout to the weights after the softmax"
     ("dropout-in-eval", "in eval mode dropout still"),
 ])
 def test_dropout_placement(bug, words):
-    """A dropout on the scores said "the weights no longer sum to 1 in a predictable way": they do sum to 1.  It
-    names its line, says what a dropped score becomes, and where it is against the mask."""
+    """A dropout on the scores leaves rows that sum to 1: its verdict names its line, says what a dropped score
+    becomes, and where it is against the mask."""
     check = verdict(mha(bug, dropout=0.3), "dropout-placement", rules=["dropout-placement"])
     if "{}" in words:
         line = user_modules_line('if self.bug == "dropout-after-mask":' if bug == "dropout-after-mask"

@@ -268,7 +268,7 @@ def test_chosen_gqa_kv_heads_are_used_where_they_group_the_heads():
 @pytest.mark.parametrize("name", [m.name for m in kv_cache.PRESETS])
 def test_every_gqa_line_groups_the_heads_and_the_models_own_line_is_named_as_the_table_names_it(name):
     """A GQA line with 1 K/V head is MQA's: every GQA line has 1 < K/V heads < heads, a divisor of the heads, as the
-    book's GQA examples choose (Gemma 3 270M, 4 heads with 1 K/V head: its GQA line was MQA's).  The model as it is
+    book's GQA examples choose (Gemma 3 270M, 4 heads with 1 K/V head: its GQA line has 2).  The model as it is
     is one line, named as the presets' table names its attention (Gemma's "MQA + SWA 5:1"), with its bytes."""
     model = kv_cache.preset(name)
     settings = model.variant_settings()
@@ -379,7 +379,7 @@ def test_window_schedule_refuses_layers_with_different_windows():
 @pytest.mark.parametrize(("heads", "gqa"), [(4, 2), (6, 3), (8, 4), (12, 4), (16, 4), (25, 5), (32, 4)])
 def test_the_gqa_line_filled_in_lies_between_mha_and_mqa_where_the_heads_allow(heads, gqa):
     """The chart's GQA line for a model that names no K/V heads: the divisor of the heads strictly between 1 and the
-    heads nearest 4, as a GQA run's default (a 4-head model's GQA line was MQA's: 1 K/V head)."""
+    heads nearest 4, as a GQA run's default (a 4-head model's GQA line has 2 K/V heads, not MQA's 1)."""
     settings = kv_cache.variant_settings(emb_dim=64 * heads, n_heads=heads, n_layers=1)
     assert settings["GQA"]["n_kv_heads"] == gqa
 

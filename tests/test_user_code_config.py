@@ -314,9 +314,9 @@ def test_a_config_parameter_that_defaults_to_none_keeps_the_classs_own_config_un
 
 def test_a_hugging_face_layer_built_with_its_layer_idx_gets_a_config_object():
     """``HFStyleLayerAttention(config, layer_idx=None)``, as Hugging Face's layers and GPT-2's ``(config,
-    is_cross_attention=False, layer_idx=None)`` are built, was refused: "needs config … attnviz builds one only for a
-    class that takes it alone", --set layer_idx=0 or not.  The config comes first: it gets attnviz's object, the
-    other arguments keep their defaults or take --set, and a --set naming no argument sets the object's attribute."""
+    is_cross_attention=False, layer_idx=None)`` are built, is built with or without --set layer_idx=0.  The config
+    comes first: it gets attnviz's object, the other arguments keep their defaults or take --set, and a --set naming
+    no argument sets the object's attribute."""
     cls = user_code.load(f"{HF_MODULES}:HFStyleLayerAttention")
     arguments = user_code.constructor_arguments(cls, dropout=0.1)
     assert list(arguments) == ["config"] and arguments["config"].attention_dropout == 0.1

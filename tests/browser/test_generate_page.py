@@ -284,8 +284,8 @@ _COST_TEXTS = """(gd) => {
 @pytest.mark.parametrize("width", [900, 1400])
 def test_the_cost_chart_a_link_names_reads_whole_at_900_and_1400_px(page, server, width):
     """The teacher's link to Gemma 3 270M's chart in fp8 opens it; its title, every legend label and the dtype box
-    show whole (at 900 px the title read "…dotted: its co" and the box "the mod"), and the model's own line is named
-    as the table names it, and the table shows each model's cache without scrolling sideways."""
+    show whole, none cut at the chart's or the box's edge, the model's own line is named as the table names it, and
+    the table shows each model's cache without scrolling sideways."""
     page.set_viewport_size({"width": width, "height": 1000})
     page.goto(f"{server.url}/generate?sizes=Gemma+3+270M&dtype=fp8")
     wait_idle(page, timeout=120_000)

@@ -50,9 +50,8 @@ def test_steps_page_shows_the_window_and_the_rotation(page, base_url):
 
 @pytest.mark.parametrize("width", [900, 1400])
 def test_the_rotation_stage_fits_the_page_its_tables_need_no_sideways_scroll(page, base_url, width):
-    """The stage's q/k tables were 64 numbers a cell, their rotated column off to the right: scrolled inside the
-    table at 1,400 px, out of sight at 900.  Now the pair's figures, the angle heatmap and both tables (the pair's
-    two numbers before and after) lie inside the page's main column, and no table scrolls sideways."""
+    """The rotary stage's pair figures, angle heatmap and both tables (the pair's two numbers before and after, not
+    64 numbers a cell) lie inside the page's main column at 900 and 1,400 px, and no table scrolls sideways."""
     page.set_viewport_size({"width": width, "height": 1000})
     page.goto(f"{base_url}/steps?text={TEXT}&variant=gqa&positions=rotary&stage=rotated_queries&head=5")
     wait_idle(page, timeout=FIRST_RUN_MS)

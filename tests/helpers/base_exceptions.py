@@ -51,7 +51,6 @@ OWN = textwrap.dedent('''
 ''')
 
 
-
 def own_line(text: str) -> int:
     """The number of the line of ``own.py`` (:data:`OWN`) that holds ``text``."""
     return next(number for number, line in enumerate(OWN.splitlines(), start=1) if text in line)

@@ -139,8 +139,8 @@ def test_recorded_forward_is_the_plain_forward():
 
 
 def test_more_tokens_than_the_models_positions_is_a_message_saying_what_fits():
-    """pos_emb holds context_length positions: torch's "index out of range in self" before; now the tokens, the
-    positions, and the book's own way to keep the last ones (generate_text_simple's idx[:, -context_size:])."""
+    """pos_emb holds context_length positions: the message names the tokens, the positions, and the book's own way to
+    keep the last ones (generate_text_simple's idx[:, -context_size:]), not torch's "index out of range in self"."""
     model = tiny_model(context_length=8, vocab_size=50, n_layers=2)
     with pytest.raises(ValueError) as refused:
         model(torch.zeros(1, 9, dtype=torch.long))

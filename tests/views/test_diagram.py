@@ -122,8 +122,7 @@ def test_graphviz_accepts_the_dot(variant):
 @pytest.mark.parametrize("variant", ["mha", "gqa", "mla"])
 def test_the_shapes_pages_diagram_is_narrow_enough_to_read_in_a_narrow_window(variant):
     """The Shapes page scales its top-to-bottom diagram down to its column (about 440 px beside the sidebar in a 900 px
-    window): at most 500 pt wide (≈ 667 px), its 12-pt text keeps at least two thirds of its size, where weights on one
-    line each (three parallelograms side by side) made it twice as wide."""
+    window): at most 500 pt wide (≈ 667 px), so its 12-pt text keeps at least two thirds of its size."""
     config = preset_config("gpt2-small", variant=variant)
     trace = traced(config)
     dot = diagram.shape_dot(trace.shapes, config, rankdir="TB", window=trace.window, hides_future=trace.hides_future)

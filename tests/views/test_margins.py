@@ -259,9 +259,9 @@ def test_every_token_map_has_square_cells_that_fill_its_column():
     """A token map (queries × keys, the same tokens on both axes) has square cells, as the book draws the matrix, on
     every page — the Steps page's pairs and difference, Compare's cards and the map beside a module, the Induction
     lab's stripe map, the Pitfall lab's, the interventions', the notebook's — not cells stretched to the page's width
-    (a 6-token map was a wide flat band): Plotly keeps the y axis' scale the x axis' (``scaleanchor``), and the
-    figure is as tall as square cells across the column its page gives it need, so they fill its plot.  Maps side by
-    side with the same title room stay as tall as each other."""
+    (which turn a 6-token map into a wide flat band): Plotly keeps the y axis' scale the x axis' (``scaleanchor``),
+    and the figure is as tall as square cells across the column its page gives it need, so they fill its plot.  Maps
+    side by side with the same title room stay as tall as each other."""
     built = _token_maps()
     for name, fig, width in built:
         layout = fig.layout
