@@ -152,7 +152,7 @@ def test_the_bundled_models_mla_line_draws_the_books_default_latent_and_says_so(
                caption.value.endswith("2 heads have no such count.") for caption in at.caption)
     at.selectbox(key="generate_sizes").set_value("Gemma 3 270M").run()
     gemma = cost_lines(at, "KV cache of Gemma 3 270M")
-    table = at.dataframe[0].value.set_index("model")
+    table = grid(at, "model").value.set_index("model")
     assert gemma["GQA"]["label"].startswith("GQA (2 K/V heads × 256)")
     assert gemma["MQA + SWA 5:1"]["label"].startswith("MQA + SWA 5:1 (1 K/V head × 256, window 512")
     assert table.loc["Gemma 3 270M", "attention"] == "MQA + SWA 5:1"
@@ -177,7 +177,7 @@ def test_without_a_model_the_page_says_how_to_pick_one_and_shows_the_costs():
     assert any(info.value == NO_MODEL for info in at.info)
     cost = figure(at, "KV cache of the sidebar's sizes")
     assert [trace["name"].split(" ")[0] for trace in cost["data"]] == ["MHA", "GQA", "MQA", "MLA", "SWA", "SWA+GQA"]
-    table = at.dataframe[0].value
+    table = grid(at, "model").value
     assert {"GPT-2 124M", "Llama 3.2 1B", "Qwen3 0.6B", "Gemma 3 270M"} <= set(table["model"])
     # what a narrow page shows before it scrolls sideways: the model, its attention and its cache
     assert list(table.columns)[:4] == ["model", "attention", "KV cache at full context", "dtype"]
@@ -636,7 +636,7 @@ def test_a_real_models_chart_is_in_its_own_dtype_as_its_table_row_unless_one_is_
     assert at.selectbox(key="generate_sizes").value == "Llama 3.2 1B"
     title = figure(at, "KV cache of Llama 3.2 1B")["layout"]["title"]["text"]
     assert "(bf16, batch 1)" in title
-    table = at.dataframe[0].value.set_index("model")
+    table = grid(at, "model").value.set_index("model")
     assert cost_lines(at, "KV cache of Llama 3.2 1B")["GQA"]["y"][-1] == table.loc["Llama 3.2 1B", "bytes"]
     at.selectbox(key="generate_sizes").set_value("GPT-2 124M").run()  # a model published in fp32
     assert "(fp32, batch 1)" in figure(at, "KV cache of GPT-2 124M")["layout"]["title"]["text"]
