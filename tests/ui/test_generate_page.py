@@ -671,7 +671,7 @@ def test_refused_url_values_give_a_notice_and_leave_the_url():
 
 
 def test_an_mla_model_has_no_kv_heads_in_the_table_and_shows_its_latent():
-    table = at_table = page(weights=weights.BOOK, random="none").dataframe[0].value.set_index("model")
+    table = at_table = grid(page(weights=weights.BOOK, random="none"), "model").value.set_index("model")
     deepseek = at_table.loc["DeepSeek-V3 671B"]
     assert deepseek["K/V heads"] == "—"
     assert deepseek["latent"] == "512 + 64 rope = 576"
