@@ -45,7 +45,7 @@ def stripe_cells(n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, rows - T + 1
 
 
-STRIPE_MAP_PX = 720  # px: the Induction lab's map, its labels and colour bar (a column of the page this wide)
+STRIPE_MAP_PX = 560  # px: the Induction lab's map, its labels and colour bar (a column of the page this wide)
 
 
 def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: float | None = None,
