@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -29,11 +30,21 @@ MARK = "  # ◀ this stage"
 
 
 def variant_source(variant: str) -> str:
-    """Source of the variant's class, then the code it runs beside it (``spec.source_parts``: the wrapper's
+    """Source of the variant's class, then the code it runs beside it (:func:`spec_source`)."""
+    return spec_source(variants.get(variant))
+
+
+def spec_source(spec: variants.Variant) -> str:
+    """Source of ``spec``'s class, then the code it runs beside it (``spec.source_parts``: the wrapper's
     ``CausalAttention``, the shared single-head pipeline, the bonus classes' helpers), if any."""
-    spec = variants.get(variant)
-    parts = [inspect.getsource(part) for part in (spec.cls, *spec.source_parts)]  # e.g. each head, _single_head
-    return "\n\n".join(parts)
+    return _source_of((spec.cls, *spec.source_parts))
+
+
+@functools.lru_cache(maxsize=32)
+def _source_of(parts: tuple) -> str:
+    """The source of each of ``parts`` (classes and functions), one after another: read once, as the classes do not
+    change while the app runs."""
+    return "\n\n".join(inspect.getsource(part) for part in parts)  # e.g. each head, _single_head
 
 
 def stage_line(source: str, stage: str) -> int | None:

@@ -201,7 +201,7 @@ def listing_note(trace: Trace) -> str | None:
     if not spec.scaled:  # 3.3: the book runs its steps without a class, and does not scale
         return (f"`{spec.cls.__name__}` puts the steps of {where}, which the book runs without a class, in a class "
                 f"with `record(recorder, …)` lines added{arguments}. Like the book, it does not scale.")
-    shown = "".join(inspect.getsource(part) for part in (spec.cls, *spec.source_parts))  # the class and its helpers
+    shown = source.spec_source(spec)  # the class and its helpers, as the source expander shows them
     calls = ["`record(recorder, …)`", *(f"`{name}(…)`" for name in SIZE_CHECKS if f"{name}(" in shown)]
     added_lines = f"{', '.join(calls[:-1])} and {calls[-1]}" if len(calls) > 1 else calls[0]
     checked = (" The size checks make a size the class cannot take a ValueError in words, where the book's code "
