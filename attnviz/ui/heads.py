@@ -57,7 +57,7 @@ def _grid_figure(text: str, config: AttentionConfig, stage: str):
     labels = [grid_label(config, head) for head in range(trace.num_heads)]
     return figures.heads_grid(trace.steps[stage][0], stage, causal=trace.hides_future,
                               dropout=config.effective_dropout,
-                              columns=figures.grid_columns(labels, config.group_size),
+                              group=config.group_size,
                               hidden=trace.hidden_cells(), window=trace.window,
                               stage_title=steps.stage_title(trace, stage), labels=labels)
 

@@ -453,6 +453,7 @@ def heads_grid(
     dropout: float = 0.0,
     max_cells: int = 64,
     columns: int | None = None,
+    group: int = 1,
     labels: list[str] | None = None,
     hidden: np.ndarray | None = None,
     window: int | None = None,
@@ -466,21 +467,21 @@ def heads_grid(
     sits beside the tiles.
 
     ``maps`` is (heads, n, n).  Tile ``h`` sits at row ``h // columns``, column ``h % columns`` (``None``:
-    :func:`grid_columns` of the titles); its
-    position is in ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in
-    ``meta["size"]``.  The background between tiles is white; a grey rectangle under each tile shows its
-    masked cells grey, as in every attention map (``hidden``: what a sliding window of ``window`` tokens hides, as in
-    :func:`pooled_display`).  The heading starts with ``stage_title``, the run's (``views.steps.stage_title``), or
-    :func:`map_title` of ``stage`` and ``window``.  The titles ("head 3", or ``labels``) are annotations
-    (:func:`mark_focus` marks the focused one ▶ and outlines it).  An invisible scatter overlay of 4 × 4 points a
-    tile (customdata = head index, :func:`undrawn_points`) reports clicks: an image's pixels do not.
+    :func:`grid_columns` of the titles, ``group`` heads that share a K/V head kept in one row); its position is in
+    ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in ``meta["size"]``.  The background
+    between tiles is white; a grey rectangle under each tile shows its masked cells grey, as in every attention map
+    (``hidden``: what a sliding window of ``window`` tokens hides, as in :func:`pooled_display`).  The heading
+    starts with ``stage_title``, the run's (``views.steps.stage_title``), or :func:`map_title` of ``stage`` and
+    ``window``.  The titles ("head 3", or ``labels``) are annotations (:func:`mark_focus` marks the focused one ▶
+    and outlines it).  An invisible scatter overlay of 4 × 4 points a tile (customdata = head index,
+    :func:`undrawn_points`) reports clicks: an image's pixels do not.
 
     Built from plain dicts without Plotly's per-property validation (``tests/views/test_figures.py``
     validates the same dicts).
     """
     num_heads, n, _ = maps.shape
     names = labels or [f"head {head}" for head in range(num_heads)]
-    columns = max(1, min(grid_columns(names) if columns is None else columns, num_heads))
+    columns = max(1, min(grid_columns(names, group) if columns is None else columns, num_heads))
     rows = math.ceil(num_heads / columns)
     pooled, block = pooled_display(maps, stage, causal, max_cells, hidden)  # (heads, size, size)
     zmin, zmax, scale = color_range(stage, pooled, dropout)

@@ -33,9 +33,9 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     shared = config.module is None and config.kv_groups != config.heads
     labels = [f"head {h}<br>K/V {config.kv_group(h)}" for h in range(heads)] if shared else None
     title = steps.stage_title(trace, stage)  # what ran: the Heads page's titles
-    columns = figures.grid_columns(labels or [f"head {h}" for h in range(heads)], config.group_size if shared else 1)
     grid = figures.mark_focus(figures.heads_grid(maps, stage, hidden=hidden, window=trace.window, labels=labels,
-                                                 columns=columns, stage_title=title, **mask), head)
+                                                 group=config.group_size if shared else 1, stage_title=title, **mask),
+                              head)
     focused = figures.attention_heatmap(maps[head], trace.tokens, stage, **mask,
                                         hidden=None if hidden is None else hidden[head], width=figures.FOCUSED_MAP_PX,
                                         title=f"{config.head_label(head) if shared else f'head {head}'}: {title}")
