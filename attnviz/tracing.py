@@ -535,9 +535,8 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
                           if tuple(node.out.shape[-2:]) == (n, n)), (None, None))
         if node is not None:
             maps, over_keys = [(node, dim - node.out.dim())], [node]
-            axis = _axis_words(dim, tuple(node.out.shape), x.shape[0])
-            across[id(node)] = (f"the softmax{_place(recorder, node.index)} runs over dim={dim} of a "
-                                f"{tuple(node.out.shape)} tensor" + (f" ({axis})" if axis else ""),
+            shape = tuple(node.out.shape)
+            across[id(node)] = (_softmax_over(recorder, node.index, dim, shape, _axis_words(dim, shape, x.shape[0])),
                                 node.out.shape[dim])
     dims = {id(node): dim for node, dim in maps}
     made_of = _made_of(recorder.nodes.get(id(output)))
@@ -1043,6 +1042,13 @@ def _axis_words(dim: int, shape: tuple, batch: int) -> str:
     return axes.get(dim % len(shape), "")
 
 
+def _softmax_over(recorder: _Recorder, index: int, dim: int, shape: tuple, axis: str) -> str:
+    """A softmax over another dimension than the keys, in words: "the softmax on line 30 runs over dim=1 of a (2, 4,
+    8, 8) tensor (the heads)" (``axis``: :func:`_axis_words`, "" for none)."""
+    held = f" ({axis})" if axis else ""
+    return f"the softmax{_place(recorder, index)} runs over dim={dim} of a {shape} tensor{held}"
+
+
 def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None = None, *,
                   tried_first: bool = False) -> str:
     """Why a forward has no attention over the n tokens of ``x`` (batch, n, d_in): no softmax or SDPA call at all,
@@ -1056,9 +1062,8 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None
     if maps or (across and not seen):
         index, dim, shape = min(maps or across)
         axis = _axis_words(dim, shape, x.shape[0]) if maps else ""
-        axis = f" ({axis})" if axis else ""
-        return (f"no attention found: the softmax{_place(recorder, index)} runs over dim={dim} of a {shape} "
-                f"tensor{axis}; attention's softmax runs over the keys, dim=-1")
+        return (f"no attention found: {_softmax_over(recorder, index, dim, shape, axis)}; attention's softmax runs "
+                "over the keys, dim=-1")
     if not seen:
         written = any(op.name == "exp" for op in recorder.ops)  # a softmax written out some other way
         return ("no attention found: the forward computed no softmax over the last dimension and called no "
