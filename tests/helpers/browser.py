@@ -127,15 +127,18 @@ def start_server(script_args: tuple[str, ...] = ()) -> Iterator[Server]:
 # --------------------------------------------------------------------------- the browser
 
 # Counts the script runs the page has seen (transitions of stApp's data-test-script-state to
-# "running"), so a test can wait for *the* rerun its action caused, not a stale idle state.
+# "running"), so a test can wait for *the* rerun its action caused, not a stale idle state. One callback can
+# carry several changes of the attribute: a change's new value is the next change's old value (the last one's is
+# the attribute's value now), so a run that began and ended before the callback ran still counts.
 RUN_COUNTER = """
 (() => {
   window.__attnvizRuns = 0;
   new MutationObserver((records) => {
-    for (const record of records) {
-      if (record.target.getAttribute && record.target.getAttribute('data-test-script-state') === 'running'
-          && record.oldValue !== 'running') window.__attnvizRuns += 1;
-    }
+    records.forEach((record, i) => {
+      const next = records.slice(i + 1).find((later) => later.target === record.target);
+      const value = next ? next.oldValue : record.target.getAttribute('data-test-script-state');
+      if (value === 'running' && record.oldValue !== 'running') window.__attnvizRuns += 1;
+    });
   }).observe(document, {subtree: true, attributes: true, attributeOldValue: true,
                         attributeFilter: ['data-test-script-state']});
 })();
