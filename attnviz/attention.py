@@ -84,24 +84,37 @@ def check_sizes(module: nn.Module, *, d_in, d_out, context_length=None, num_head
     memory.check_memory(reader, parts, " or ".join([", ".join(list(sizes)[:-1]), list(sizes)[-1]]))
 
 
-def check_context(module: nn.Module, num_tokens: int, start: int = 0) -> None:
-    """ValueError in words when ``num_tokens`` tokens at positions ``start`` … (a KV cache's next position; 0 without
-    one) run past the rows of ``module``'s causal mask (``self.mask``, (context_length, context_length)), which the
-    book's ``self.mask[:num_tokens, :num_tokens]`` would hand to torch as a shape mismatch.  Nothing to check for a
-    module built without the mask (``causal=False``: the book's slicing never runs) or without a mask buffer."""
-    mask = getattr(module, "mask", None)
-    if not getattr(module, "causal", True) or mask is None or start + num_tokens <= mask.shape[-1]:
+def check_tokens_fit(num_tokens: int, start: int, context_length: int, *, argument: str, limit: str, cut: str,
+                     reset: str) -> None:
+    """ValueError in words when ``num_tokens`` tokens of ``argument`` at positions ``start`` … (a KV cache's next
+    position; 0 without one) run past ``context_length`` positions: two sentences, one without a cache and one with,
+    that name ``limit`` (what holds the positions), ``cut`` (the slice of ``argument`` that fits) and ``reset`` (the
+    call that empties the cache).  An attention's causal mask (:func:`check_context`) and ``GPTModel``'s position
+    embeddings word their refusals with it."""
+    if start + num_tokens <= context_length:
         return
-    context_length, reader = mask.shape[-1], type(module).__name__
-    built = (f"the context_length {context_length:,} this {reader} was built with (its causal mask, self.mask, is "
-             f"{context_length:,} × {context_length:,})")
     if start == 0:
-        raise ValueError(f"x has {num_tokens:,} tokens, more than {built}: it takes at most {context_length:,}. "
-                         f"Pass x[:, :{context_length}] or build it with context_length ≥ {num_tokens:,}.")
-    raise ValueError(f"x adds {num_tokens:,} tokens to the {start:,} the cache holds: positions {start:,} … "
-                     f"{start + num_tokens - 1:,}, past {built}, so it takes at most "
-                     f"{max(0, context_length - start):,} more. Call reset_cache() to start a new sequence, pass "
-                     f"fewer tokens, or build it with context_length ≥ {start + num_tokens:,}.")
+        raise ValueError(f"{argument} has {num_tokens:,} tokens, more than {limit}: it takes at most "
+                         f"{context_length:,}. Pass {cut} or build it with context_length ≥ {num_tokens:,}.")
+    raise ValueError(f"{argument} adds {num_tokens:,} tokens to the {start:,} the cache holds: positions {start:,} … "
+                     f"{start + num_tokens - 1:,}, past {limit}, so it takes at most "
+                     f"{max(0, context_length - start):,} more. Call {reset} to start a new sequence, pass fewer "
+                     f"tokens, or build it with context_length ≥ {start + num_tokens:,}.")
+
+
+def check_context(module: nn.Module, num_tokens: int, start: int = 0) -> None:
+    """ValueError in words (:func:`check_tokens_fit`) when ``num_tokens`` tokens at positions ``start`` … run past the
+    rows of ``module``'s causal mask (``self.mask``, (context_length, context_length)), which the book's
+    ``self.mask[:num_tokens, :num_tokens]`` would hand to torch as a shape mismatch.  Nothing to check for a module
+    built without the mask (``causal=False``: the book's slicing never runs) or without a mask buffer."""
+    mask = getattr(module, "mask", None)
+    if not getattr(module, "causal", True) or mask is None:
+        return
+    context_length = mask.shape[-1]
+    check_tokens_fit(num_tokens, start, context_length, argument="x", cut=f"x[:, :{context_length}]",
+                     limit=f"the context_length {context_length:,} this {type(module).__name__} was built with (its "
+                           f"causal mask, self.mask, is {context_length:,} × {context_length:,})",
+                     reset="reset_cache()")
 
 
 class SimplifiedSelfAttention(nn.Module):

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from attnviz import rng, variants
-from attnviz.attention import MultiHeadAttention, Recorder, check_context, record
+from attnviz.attention import MultiHeadAttention, Recorder, check_context, check_tokens_fit, record
 from attnviz.config import MAX_SEED
 from attnviz.memory import check_memory
 from attnviz.models.cached_attention import (
@@ -468,21 +468,14 @@ class GPTModel(nn.Module):
         self.current_pos = 0  # the position of the next token fed with use_cache=True
 
     def check_positions(self, num_tokens: int, start: int = 0) -> None:
-        """ValueError in words when ``num_tokens`` tokens at positions ``start`` … (``current_pos`` with the cache)
-        run past the ``context_length`` positions ``pos_emb`` holds, where the book's forward would hand torch an
-        index out of range."""
+        """ValueError in words (:func:`attnviz.attention.check_tokens_fit`) when ``num_tokens`` tokens at positions
+        ``start`` … (``current_pos`` with the cache) run past the ``context_length`` positions ``pos_emb`` holds,
+        where the book's forward would hand torch an index out of range."""
         context_length = self.pos_emb.num_embeddings
-        if start + num_tokens <= context_length:
-            return
-        held = f"the {context_length:,} positions this GPTModel's pos_emb holds (its context_length)"
-        if start == 0:
-            raise ValueError(f"in_idx has {num_tokens:,} tokens, more than {held}: it takes at most "
-                             f"{context_length:,}. Pass in_idx[:, -{context_length}:] (the last ones, as the book's "
-                             f"generate_text_simple keeps them) or build it with context_length ≥ {num_tokens:,}.")
-        raise ValueError(f"in_idx adds {num_tokens:,} tokens to the {start:,} the cache holds: positions {start:,} … "
-                         f"{start + num_tokens - 1:,}, past {held}, so it takes at most "
-                         f"{max(0, context_length - start):,} more. Call reset_kv_cache() to start a new sequence, "
-                         f"pass fewer tokens, or build it with context_length ≥ {start + num_tokens:,}.")
+        check_tokens_fit(num_tokens, start, context_length, argument="in_idx",
+                         limit=f"the {context_length:,} positions this GPTModel's pos_emb holds (its context_length)",
+                         cut=f"in_idx[:, -{context_length}:] (the last ones, as the book's generate_text_simple keeps "
+                             f"them)", reset="reset_kv_cache()")
 
     def forward(
         self, in_idx: torch.Tensor, recorder: PathRecorder | None = None, use_cache: bool = False
