@@ -62,7 +62,8 @@ def grid_image(weights: np.ndarray) -> go.Figure:
 def merged(weights: np.ndarray, tokens: list[str]) -> go.Figure:
     """Grid, window and overview as one figure: three pairs of axes."""
     grid = figures.heads_grid(weights, "weights").to_plotly_json()
-    window = figures.attention_heatmap(weights[0, :WINDOW, :WINDOW], tokens, "weights", validate=False).to_plotly_json()
+    window = figures.attention_heatmap(weights[0, :WINDOW, :WINDOW], tokens, "weights", validate=False,
+                                       width=figures.FOCUSED_MAP_PX).to_plotly_json()
     overview = figures.overview_heatmap(weights[0], "weights", causal=True, window=(0, 0, WINDOW),
                                         validate=False).to_plotly_json()
     data = [{**t, "xaxis": "x", "yaxis": "y"} for t in grid["data"]]
@@ -123,7 +124,8 @@ if "grid" in ELEMENTS:
 if "grid_image" in ELEMENTS:
     st.plotly_chart(grid_image(weights), key="grid_image")
 if "window" in ELEMENTS:
-    st.plotly_chart(figures.attention_heatmap(weights[0, :WINDOW, :WINDOW], tokens, "weights", validate=False),
+    st.plotly_chart(figures.attention_heatmap(weights[0, :WINDOW, :WINDOW], tokens, "weights", validate=False,
+                                              width=figures.FOCUSED_MAP_PX),
                     key="window", on_select="rerun", selection_mode=("points", "box", "lasso"))
 if "window_plain" in ELEMENTS:
     st.plotly_chart(go.Figure([{"type": "heatmap", "z": np.asarray(weights[0, :WINDOW, :WINDOW]), "zmin": 0,

@@ -37,6 +37,7 @@ if os.environ.get("ATTNVIZ_FLOOR") != "bare":
     weights = maps(layer)  # (h, n, n)
     tokens = [f"t{i}" for i in range(N)]
     grid = figures.heads_grid(weights, "weights")
-    window = figures.attention_heatmap(weights[0, :WINDOW, :WINDOW], tokens, "weights", validate=False)
+    window = figures.attention_heatmap(weights[0, :WINDOW, :WINDOW], tokens, "weights", validate=False,
+                                      width=figures.FOCUSED_MAP_PX)
     st.plotly_chart(grid, key="floor_grid")
     st.plotly_chart(window, key="floor_window")

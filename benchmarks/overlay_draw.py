@@ -41,7 +41,8 @@ def figures_by_kind() -> dict[str, dict]:
     weights = rng.random((256, 256)).astype(np.float32)  # (256, 256)
     tokens = [f"t{i}" for i in range(1024)]
     base = json.loads(pio.to_json(figures.attention_heatmap(weights, tokens, "weights", validate=False,
-                                                            row_offset=ROWS, col_offset=COLS), validate=False))
+                                                            row_offset=ROWS, col_offset=COLS,
+                                                            width=figures.FOCUSED_MAP_PX), validate=False))
     overlay = [i for i, trace in enumerate(base["data"]) if trace.get("name") in ("cells", "masked cells")]
 
     def kind(change):

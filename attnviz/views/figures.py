@@ -177,7 +177,6 @@ def shared_range(matrices) -> tuple[float, float]:
 
 
 MAP_TITLE_PX = margins.title_top()  # a token map's one-line title under the modebar's row, above its key tokens
-MAP_PX = 480  # a token map under its title where no width is given: its key tokens' labels, cells and legend
 # px: a map's column (its labels, square cells and colour bar); two side by side beside the sidebar at 1,280 px
 PAIR_MAP_PX = 390
 # px: the Heads page's focused map (its labels, square cells and colour bar), with the "why" panel beside it on a
@@ -198,43 +197,39 @@ def attention_heatmap(
     title: str = "",
     row_offset: int = 0,
     col_offset: int = 0,
-    under_title_px: int = MAP_PX,
     zrange: tuple[float, float] | None = None,
     validate: bool = True,
     uirevision: str | None = None,
     hidden: np.ndarray | None = None,
     title_px: int = MAP_TITLE_PX,
-    width: int | None = None,
+    width: int,
     show_scale: bool = True,
     scale_below: bool = False,
     label: str | None = None,
 ) -> go.Figure:
     """Full-resolution token map of one head's (rows × cols) map, hover = query token, key token, value.
 
-    ``matrix`` may be a window of a larger map: ``row_offset``/``col_offset`` say where it starts
-    and ``tokens`` are the tokens of the whole sequence.  The map is an image of the cells' colours on numeric
-    axes (x = key position, y = query position) under a transparent cell overlay (:func:`cell_overlay`), whose points
-    (x, y) are the cells a click or a box selection reports.  ``validate=False`` skips Plotly's
-    per-property validation (``tests/views/test_figures.py`` validates these dicts): for a figure that is
-    drawn as it is, not changed afterwards.  ``uirevision`` keeps a zoom across redraws of the same view.
-    ``hidden`` (rows × cols bool): cells a mask other than the causal one hides (a sliding window), grey in
-    the probability stages like the causal mask's.  ``title_px``: the room above the key tokens' labels for the
-    title (0 for a map whose caller blanks it).  ``under_title_px``: the figure's height under that room (the key
-    tokens' labels, the cells, the legend and a colour bar under them); the figure is ``title_px`` taller, so a
-    title's room never comes out of the cells, and maps side by side with the same title room are as tall.  The cells
-    are square, as the matrix's, whatever the chart's shape (``yaxis.scaleanchor``: the plot area, not the range,
-    gives way, and the cells sit at its top left).  ``width``: the width the page gives the chart (a column of that
-    width): the figure is as tall as square cells across it need (``under_title_px`` aside), so they fill its plot,
-    and the key tokens' labels are as many as that width holds.  ``show_scale``
-    False: no colour bar beside the map, whose room goes to the cells (maps side by side on one fixed scale, whose
-    page says it once).  ``scale_below``: the colour bar lies under the map, across its width, and the map takes the
-    room a bar beside it would (a map in a narrow card: the Steps page's before/after pair).  ``label``: the name of
-    the value in the colour bar and the hover where it is not ``stage``'s (a map of weights times something else,
-    drawn and masked as weights are).
+    ``matrix`` may be a window of a larger map: ``row_offset``/``col_offset`` say where it starts and ``tokens`` are
+    the tokens of the whole sequence.  The map is an image of the cells' colours on numeric axes (x = key position,
+    y = query position) under a transparent cell overlay (:func:`cell_overlay`), whose points (x, y) are the cells a
+    click or a box selection reports.  ``validate=False`` skips Plotly's per-property validation
+    (``tests/views/test_figures.py`` validates these dicts): for a figure that is drawn as it is, not changed
+    afterwards.  ``uirevision`` keeps a zoom across redraws of the same view.  ``hidden`` (rows × cols bool): cells a
+    mask other than the causal one hides (a sliding window), grey in the probability stages like the causal mask's.
+    ``title_px``: the room above the key tokens' labels for the title (0 for a map whose caller blanks it); the
+    figure is that much taller, so a title's room never comes out of the cells, and maps side by side with the same
+    title room are as tall.  ``width``: the width the page gives the chart (a column of that width): the figure is
+    as tall as square cells across it need, so they fill its plot, and the key tokens' and query tokens' labels are
+    as many as the plot holds without overlapping.  The cells are square, as the matrix's, whatever the chart's
+    shape (``yaxis.scaleanchor``: the plot area, not the range, gives way, and the cells sit at its top left).
+    ``show_scale`` False: no colour bar beside the map, whose room goes to the cells (maps side by side on one fixed
+    scale, whose page says it once).  ``scale_below``: the colour bar lies under the map, across its width, and the
+    map takes the room a bar beside it would (a map in a narrow card: the Steps page's before/after pair).
+    ``label``: the name of the value in the colour bar and the hover where it is not ``stage``'s (a map of weights
+    times something else, drawn and masked as weights are).
     """
     rows, cols = matrix.shape
     label = stage if label is None else label
-    height = title_px + under_title_px  # the figure's
     values = display_values(matrix, stage, causal=False)
     if causal and stage in PROBABILITY_STAGES:
         query_pos = np.arange(row_offset, row_offset + rows)[:, None]
@@ -255,26 +250,23 @@ def attention_heatmap(
         plot_width = width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
         return top + round(plot_width * rows / cols) + margins.LEGEND_BELOW_PX + below_px
 
-    if width is not None:
-        height = square_height()
-    # as many labels as the plot holds without overlapping: its height for the rows, and for the columns its width
-    # (``width``'s, else about its height: a map in a page's column is about as wide as it is tall)
+    height = square_height()  # with every label; again below, with the labels that fit
+    # as many labels as the plot holds without overlapping: its height for the rows, and its width for the columns
     plot_px = height - top - margins.LEGEND_BELOW_PX - below_px
     # without a colour bar beside it, the last key label leans right of its tick into the right margin, which holds
     # what the cells do not; a wider margin leaves the plot narrower, and maybe fewer labels: until both agree
     leans, settled = right_px == NO_COLOUR_BAR_PX, None
     while settled != right_px:
         settled = right_px
-        plot_width_px = plot_px if width is None else width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
+        plot_width_px = width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
         row_ticks, column_ticks = max(2, plot_px // ROW_LABEL_PX), max(2, plot_width_px // COLUMN_LABEL_PX)
         if row_ticks < len(axes["yaxis"]["tickvals"]) or column_ticks < len(axes["xaxis"]["tickvals"]):
             axes = token_axes(tokens, (row_offset, rows), (col_offset, cols), max_row_ticks=row_ticks,
                               max_column_ticks=column_ticks)
         if leans:
-            plot_width_px = plot_px if width is None else width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
+            plot_width_px = width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
             right_px = max(right_px, _lean_past_plot(axes["xaxis"], col_offset + cols, plot_width_px / cols))
-    if width is not None:  # the labels that fit may be narrower: the plot as wide, and as tall
-        height = square_height()
+    height = square_height()  # the labels that fit may be narrower: the plot as wide, and as tall
     # Plotly's own square cells: the y axis keeps the x axis' scale, and the plot area, not the range, gives way
     axes["xaxis"].update(constrain="domain", constraintoward="left")
     axes["yaxis"].update(scaleanchor="x", constrain="domain", constraintoward="top")
@@ -656,7 +648,7 @@ def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarra
 
 
 def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: str, row_offset: int = 0,
-                       col_offset: int = 0, hidden: np.ndarray | None = None, width: int | None = None,
+                       col_offset: int = 0, hidden: np.ndarray | None = None, width: int,
                        scale_below: bool = False) -> go.Figure:
     """after − before (finite cells only), diverging colours around 0, on a token map's axes and overlay
     (``width``, ``scale_below``: as in :func:`attention_heatmap`); ``hidden`` (rows × cols bool):

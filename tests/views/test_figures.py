@@ -10,7 +10,7 @@ from helpers.maps import colour_range, pixels
 from attnviz import pipeline
 from attnviz.config import AttentionConfig
 from attnviz.trace import Trace, window_band
-from attnviz.views import figures, map_image, margins
+from attnviz.views import figures, map_image, margins, steps
 
 JOURNEY = "Your journey starts with one step"
 
@@ -268,7 +268,8 @@ def test_a_token_heatmap_has_numeric_axes_token_ticks_and_a_cell_for_every_overl
     n = 300
     tokens = [f"<t{i}>" for i in range(n)]
     weights = np.tril(rng.random((n, n))).astype(np.float32)
-    fig = figures.attention_heatmap(weights[20:120, 10:110], tokens, "weights", row_offset=20, col_offset=10)
+    fig = figures.attention_heatmap(weights[20:120, 10:110], tokens, "weights", row_offset=20, col_offset=10,
+                                    width=figures.FOCUSED_MAP_PX)
     image = fig.data[0]
     assert image.type == "image" and image.hoverinfo == "skip"
     assert (image.x0, image.y0, image.dx, image.dy) == (10, 20, 1, 1)  # cell (i, j) at key 10 + j, query 20 + i
@@ -296,7 +297,8 @@ def test_a_small_overlay_marks_a_selected_cell_and_a_large_one_draws_no_point():
     text points without text, which Plotly hovers and selects but never draws (markers would snap to any cell within
     3 px, and a marker a cell is a node a cell)."""
     for n, marked in ((8, True), (64, True), (65, False), (256, False)):
-        fig = figures.attention_heatmap(np.zeros((n, n), np.float32), ["a"] * n, "weights", causal=True)
+        fig = figures.attention_heatmap(np.zeros((n, n), np.float32), ["a"] * n, "weights", causal=True,
+                                        width=figures.FOCUSED_MAP_PX)
         overlay = [t for t in fig.data if t.name in ("cells", "masked cells")]
         assert len(overlay) == 2 and sum(len(t.x) for t in overlay) == n * n
         for trace in overlay:
@@ -358,8 +360,8 @@ def test_a_narrow_map_has_as_many_key_labels_as_its_width_holds_and_can_leave_it
     plot's width holds side by side; without its colour bar (one scale for every map, said once) the cells get the
     room."""
     tokens, matrix = [f"·token{i}" for i in range(256)], np.full((256, 256), 1 / 256)  # (n, n)
-    tall = figures.attention_heatmap(matrix, tokens, under_title_px=380)
-    narrow = figures.attention_heatmap(matrix, tokens, under_title_px=380, width=290, show_scale=False)
+    tall = figures.attention_heatmap(matrix, tokens, width=figures.FOCUSED_MAP_PX)
+    narrow = figures.attention_heatmap(matrix, tokens, width=290, show_scale=False)
     margin = narrow.layout.margin
     plot_width = 290 - margin.l - margin.r
     assert len(narrow.layout.xaxis.tickvals) <= plot_width // figures.COLUMN_LABEL_PX
@@ -374,9 +376,8 @@ def test_a_map_with_its_colour_bar_below_gives_the_cells_the_bars_width():
     """The Steps page's cards are 330 px wide: a colour bar beside the map took 100 px of them; under the map, across
     its width, it leaves them to the cells, and the bottom margin holds it above the legend."""
     tokens, matrix = ["Your", "·journey", "·starts", "·with", "·one", "·step"], np.tril(np.full((6, 6), 0.5))
-    beside = figures.attention_heatmap(matrix, tokens, under_title_px=390)
-    below = figures.attention_heatmap(matrix, tokens, under_title_px=390 + figures.COLOUR_BAR_BELOW_PX,
-                                      scale_below=True)
+    beside = figures.attention_heatmap(matrix, tokens, width=steps.PAIR_WIDTH)
+    below = figures.attention_heatmap(matrix, tokens, width=steps.PAIR_WIDTH, scale_below=True)
     (bar,) = [trace.marker.colorbar for trace in below.data if trace.type == "scatter" and trace.marker.showscale]
     assert bar.orientation == "h" and bar.yref == "container"
     assert below.layout.margin.r == figures.NO_COLOUR_BAR_PX < beside.layout.margin.r == margins.COLORBAR_PX

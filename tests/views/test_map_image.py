@@ -68,7 +68,8 @@ def test_a_token_maps_image_shows_the_cells_its_hover_names(stage, n):
     weights = np.exp(masked - masked.max(axis=-1, keepdims=True))
     weights /= weights.sum(axis=-1, keepdims=True)
     matrix = {"scores": scores, "masked": masked, "weights": weights}[stage][5 : 5 + n, 3 : 3 + n]
-    fig = figures.attention_heatmap(matrix, [f"t{i}" for i in range(n + 10)], stage, row_offset=5, col_offset=3)
+    fig = figures.attention_heatmap(matrix, [f"t{i}" for i in range(n + 10)], stage, row_offset=5, col_offset=3,
+                                    width=figures.FOCUSED_MAP_PX)
     (image,) = images(fig)
     shown = cells_shown(fig)  # (n, n): the hover's values, NaN where it says masked
     expected = figures.display_values(matrix, stage, causal=False)

@@ -28,7 +28,7 @@ def test_escaped_labels_are_measured_as_plotly_shows_them():
 def test_a_token_heatmap_asks_for_room_for_its_labels_colour_bar_and_legend():
     tokens = ["·short", "·extraordinarily", "·a"] * 4
     values = np.tril(np.full((12, 12), 1 / 12, dtype=np.float32))
-    layout = figures.attention_heatmap(values, tokens, "weights").layout
+    layout = figures.attention_heatmap(values, tokens, "weights", width=figures.FOCUSED_MAP_PX).layout
     longest = margins.text_px(["·extraordinarily"])
     assert layout.margin.l >= longest + margins.TITLE_PX
     assert layout.margin.t >= longest * np.sin(np.radians(60))  # the key labels are turned 60° above the map
@@ -53,7 +53,8 @@ def test_axes_whose_labels_the_margins_hold_skip_plotlys_overflow_test():
     z = generation_figures.new_rows([np.full(29, 1 / 29), np.full(30, 1 / 30)], 30)
     explanation = explain_weight(trace, 1, 6, 4)
     figures_with_token_labels = [
-        figures.attention_heatmap(trace.attention_map("weights", 0), trace.tokens, "weights"),
+        figures.attention_heatmap(trace.attention_map("weights", 0), trace.tokens, "weights",
+                                  width=figures.FOCUSED_MAP_PX),
         generation_figures.rows_figure(z, keys[-2:], keys, prompt_length=28, title="rows"),
         explain_figures.row_softmax_figure(explanation, trace.tokens),
         explain_figures.summed_attention_figure(attention_sums(trace, 0, queries=[3, 4]), trace.tokens),
@@ -93,7 +94,7 @@ def test_bar_and_line_charts_hold_their_numbers_titles_and_a_legend_at_their_foo
 def test_a_long_token_is_cut_in_its_tick_label_and_whole_in_its_hover():
     piece = "<0x20><0xF0><0x9F><0x91>"
     layout = figures.attention_heatmap(np.full((2, 2), 0.5, dtype=np.float32), [piece, "·a"], "weights",
-                                       causal=False).layout
+                                       causal=False, width=figures.FOCUSED_MAP_PX).layout
     assert layout.xaxis.ticktext[0] == figures.safe_label(piece[: figures.TICK_LABEL_CHARS - 1] + "…")
     assert figures.safe_label(piece) in layout.xaxis2.ticktext[0]  # the overlay's hover names the whole piece
     assert figures.tick_label("·a") == "·a" and figures.tick_label("<b>") == "&lt;b&gt;"
@@ -101,12 +102,14 @@ def test_a_long_token_is_cut_in_its_tick_label_and_whole_in_its_hover():
 
 def test_a_map_shows_no_more_query_labels_than_its_height_holds():
     tokens = ["<0xF0><0x9F><0x91><0x8B>"] * 38  # long byte pieces: a tall top margin leaves a short plot
-    layout = figures.attention_heatmap(np.tril(np.full((38, 38), 1 / 38, dtype=np.float32)), tokens, "weights").layout
+    layout = figures.attention_heatmap(np.tril(np.full((38, 38), 1 / 38, dtype=np.float32)), tokens, "weights",
+                                       width=figures.FOCUSED_MAP_PX).layout
     plot_height = layout.height - layout.margin.t - layout.margin.b
     assert len(layout.yaxis.tickvals) <= plot_height // figures.ROW_LABEL_PX < 38
     assert len(layout.xaxis.tickvals) <= plot_height // figures.COLUMN_LABEL_PX < 38
     assert len(layout.xaxis2.tickvals) == len(layout.yaxis2.tickvals) == 38  # every cell still hoverable
-    short = figures.attention_heatmap(np.tril(np.full((6, 6), 1 / 6, dtype=np.float32)), ["·a"] * 6, "weights")
+    short = figures.attention_heatmap(np.tril(np.full((6, 6), 1 / 6, dtype=np.float32)), ["·a"] * 6, "weights",
+                                      width=figures.FOCUSED_MAP_PX)
     assert len(short.layout.yaxis.tickvals) == 6
 
 
@@ -146,7 +149,8 @@ def _titled_figures() -> list:
     loss = np.linspace(3.0, 1.0, 19)
     long_maps = np.tril(np.ones((4, 300, 300), dtype=np.float32))  # (heads, n, n): downsampled, a two-line heading
     return [
-        figures.attention_heatmap(weights, trace.tokens, "weights", title="head 0: weights = softmax(masked)"),
+        figures.attention_heatmap(weights, trace.tokens, "weights", title="head 0: weights = softmax(masked)",
+                                  width=figures.FOCUSED_MAP_PX),
         figures.heads_grid(np.stack([weights] * 2), "weights"),
         figures.heads_grid(long_maps, "weights"),
         figures.overview_heatmap(long_maps[0], "weights", causal=True, window=(0, 0, 64)),

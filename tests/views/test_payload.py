@@ -169,6 +169,7 @@ def test_plotly_serializes_with_orjson(monkeypatch):
     dumps = orjson.dumps
     monkeypatch.setattr(orjson, "dumps", lambda *args, **kwargs: calls.append(1) or dumps(*args, **kwargs))
     trace = pipeline.run("The cat sat.", AttentionConfig(variant="mha", d_in=8, d_out=8, num_heads=2))
-    fig = figures.attention_heatmap(trace.steps["weights"][0, 0], trace.tokens, "weights", validate=False)
+    fig = figures.attention_heatmap(trace.steps["weights"][0, 0], trace.tokens, "weights", validate=False,
+                                    width=figures.FOCUSED_MAP_PX)
     text = pio.to_json(fig, validate=False)
     assert calls and '"image"' in text
