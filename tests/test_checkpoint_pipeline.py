@@ -184,8 +184,9 @@ def test_settings_the_checkpoint_decides_are_ignored_with_a_notice(checkpoint_di
 ], ids=["rotary", "rope_base", "num_kv_groups", "latent_dim", "sliding_window_size", "device", "qkv_bias"])
 def test_a_setting_of_the_attention_a_checkpoint_does_not_use_is_named_and_not_kept(checkpoint_dir, overrides,
                                                                                      words):
-    """Before, positions="rotary" became learned and rope_base, num_kv_groups, latent_dim and sliding_window_size
-    stayed in trace.config, unused, all without a note."""
+    """positions="rotary", rope_base, num_kv_groups, latent_dim, sliding_window_size, a device or qkv_bias given with
+    a checkpoint that does not use them: the run is the checkpoint's own (its config and weights), a note starting
+    "Ignored" names each and says why, and the config that ran runs again with no note."""
     trace = pipeline.run(TEXT, AttentionConfig(checkpoint=checkpoint_dir, layer=1, **overrides))
     expected = pipeline.run(TEXT, config_for(checkpoint_dir, 1))
     assert trace.config == expected.config  # what ran: learned positions, the file's K/V heads, no window setting
@@ -460,8 +461,9 @@ def test_downloaded_trace_names_the_checkpoint_without_the_servers_directories(c
 
 
 def test_a_checkpoint_without_a_config_says_its_head_count_is_assumed(tmp_path):
-    """A bare .safetensors of a 4-head, 64-wide GPT-2 loads as one 64-wide head (GPT-2's head size): the run said
-    nothing, and the page read "1 heads".  With its config.json the same weights have their 4 heads and no note."""
+    """A bare .safetensors of a 4-head, 64-wide GPT-2 loads as one 64-wide head (GPT-2's head size), and a note says
+    that no config gives its head count and that it assumes 1 head.  With its config.json the same weights have their
+    4 heads and no note."""
     from safetensors.torch import save_file
 
     hf = random_gpt2(0, n_layer=1, n_head=4, n_embd=64, n_positions=32)

@@ -356,8 +356,9 @@ def test_an_inverted_sdpa_mask_built_in_the_forward_is_called_inverted_without_b
 
 @pytest.mark.slow  # a whole check_module run: the slow tier
 def test_nanogpt_flash_path_without_is_causal_is_told_to_pass_is_causal():
-    """nanoGPT's flash path with is_causal=False (its slow path's bias buffer says causal) was told "masked_fill
-    returns a copy", a call it never makes."""
+    """nanoGPT's flash path with is_causal=False (its slow path's bias buffer says causal) fails mask-convention
+    saying SDPA was given no mask and to pass is_causal=True — not "masked_fill returns a copy", a call it never
+    makes."""
     torch.manual_seed(0)
     check = verdict(um.FlashWithUnusedBias().eval(), "mask-convention", rules=["mask-convention"])
     assert check == checks.Check(
@@ -387,7 +388,8 @@ def test_a_module_named_causal_that_hides_nothing_is_told_how_to_check_it_as_cau
 ], ids=["past", "inverted"])
 def test_a_boolean_mask_given_to_multihead_attention_is_not_called_a_float_one(mask, words):
     """nn.MultiheadAttention turns a boolean attn_mask into a float one before the call the tracer reads: a boolean
-    mask that hides the past, or is inverted, was told "a float attn_mask is added to the scores"."""
+    mask that hides the past, or is inverted, is told nn.MultiheadAttention's boolean convention and the mask to
+    pass, never "a float attn_mask is added to the scores"."""
     torch.manual_seed(0)
     check = verdict(um.WrappedMHABoolMask(mask=mask).eval(), "mask-convention", rules=["mask-convention"])
     assert check.status == "fail" and words in check.evidence, check
@@ -1151,8 +1153,8 @@ def test_a_forward_that_never_returns_is_a_trace_error_for_the_check(monkeypatch
 
 
 def test_one_token_says_matches_reference_compares_only_v_and_the_heads_order():
-    """With one token every weight is 1: a module that does not scale its scores matched the reference at 1 token and
-    failed it at 2, and the pass did not say why."""
+    """With one token every weight is 1: a module that does not scale its scores matches the reference at 1 token, and
+    the pass says that the one weight is 1 whatever the scores; at 2 tokens it fails."""
     one = verdict(mha("no-scale"), "matches-reference", x=torch.randn(2, 1, 16))
     assert one.status == "pass" and "with 1 token the one weight is 1 whatever the scores" in one.evidence
     assert verdict(mha("no-scale"), "matches-reference", x=torch.randn(2, 2, 16)).status == "fail"
@@ -1212,8 +1214,9 @@ def test_heads_merged_without_the_transpose_say_the_leak_comes_after_weights_at_
 
 
 def test_heads_split_without_the_transpose_name_the_split():
-    """``W_key(x).view(b, heads, n, head_dim)``, no transpose: causal said the values of earlier tokens depend on later
-    ones, where the merge's twin bug is named (transpose(1, 2) before view)."""
+    """``W_key(x).view(b, heads, n, head_dim)``, no transpose: causal fails naming the view's line and how to split
+    (view(b, n, heads, head_dim), then transpose(1, 2)), as the merge's twin bug is named; that bug's verdict says
+    nothing of a split."""
     results = {c.rule: c for c in checks.check_module(mha("no-transpose-split"), rules=["causal"])}
     line = user_modules_line("keys = self.W_key(x).view(b, self.num_heads, num_tokens, self.head_dim)")
     assert results["causal"].status == "fail" and results["causal"].evidence.endswith(
@@ -1245,8 +1248,9 @@ def test_a_leak_past_a_right_mask_is_placed_in_the_weights_or_the_values():
                                 "diagonal=1)"),
 ], ids=["keep-mask-buffer", "keep-mask-in-the-forward", "hide-mask-buffer"])
 def test_a_mask_off_by_one_names_the_call_the_module_made(module, fix):
-    """nanoGPT's keep-mask ``tril(ones, diagonal=1)`` applied as ``masked_fill(bias == 0, …)`` was told
-    "(triu(…, diagonal=2); use 1)": a call its code does not contain."""
+    """nanoGPT's keep-mask ``tril(ones, diagonal=1)`` applied as ``masked_fill(bias == 0, …)``: the failure names the
+    mask as the module builds it (its buffer, or the tril on its line) and the diagonal to use, not "(triu(…,
+    diagonal=2); use 1)", a call its code does not contain."""
     torch.manual_seed(0)
     line = user_modules_line("keep = torch.ones(T, T).tril(diagonal=1)")
     check = verdict(module.eval(), "mask-convention")
@@ -1255,10 +1259,10 @@ def test_a_mask_off_by_one_names_the_call_the_module_made(module, fix):
 
 
 def test_a_mask_filled_with_0_names_its_masked_fill_and_minus_infinity():
-    """``s = s.masked_fill(mask, 0.0)`` keeps the copy, yet was told "the causal mask never reached the scores
-    (masked_fill returns a copy: keep it, or use masked_fill_)" by mask-convention, and by matches-reference that it
-    "adds to the scores something that is neither a mask … nor ALiBi's slope": it fills the future with 0 before the
-    softmax, so e⁰ = 1 reaches the keys after each query."""
+    """``s = s.masked_fill(mask, 0.0)`` keeps the copy and fills the future with 0 before the softmax, so e⁰ = 1
+    reaches the keys after each query: mask-convention and matches-reference both name that masked_fill's line and
+    −∞, and matches-reference never says it "adds to the scores something that is neither a mask … nor ALiBi's
+    slope"."""
     torch.manual_seed(0)
     line = user_modules_line("s = s.masked_fill(self.mask.bool()[:n, :n], 0.0)")
     results = {check.rule: check for check in checks.check_module(um.ZeroFilledMask().eval(),
@@ -1307,8 +1311,8 @@ class EinsumTransposedWeights(torch.nn.Module):
 
 
 def test_weights_transposed_after_the_softmax_are_named_when_causal_fails():
-    """The einsum that transposes the weights after the softmax was a causal failure with no cause: its columns,
-    not its rows, sum to one."""
+    """The einsum that transposes the weights after the softmax is named as the cause of the causal failure: its
+    columns, not its rows, sum to one."""
     torch.manual_seed(0)
     module, x = EinsumTransposedWeights().eval(), torch.randn(2, 3, 16)
     recording = tracing.record(module, x)
@@ -1325,8 +1329,9 @@ def test_weights_transposed_after_the_softmax_are_named_when_causal_fails():
 
 
 def test_a_float_sdpa_mask_that_hides_the_past_is_told_about_float_masks_and_its_own_tril():
-    """A float additive mask with −∞ below the diagonal was told "SDPA's boolean attn_mask keeps where it is True:
-    pass torch.tril(…bool)", and with no buffer to say causal it was called "not causal"."""
+    """A float additive mask with −∞ below the diagonal, with no buffer to say causal: causal fails, and
+    mask-convention names the tril that builds it and says where −∞ belongs in a float attn_mask — nothing of SDPA's
+    boolean convention."""
     torch.manual_seed(0)
     results = {c.rule: c for c in checks.check_module(um.SDPAFloatMaskBelow().eval())}
     assert results["causal"].status == "fail"
@@ -1342,7 +1347,7 @@ def test_a_float_sdpa_mask_that_hides_the_past_is_told_about_float_masks_and_its
 @pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "with-its-mask"])
 def test_multihead_attention_without_batch_first_says_so(masked):
     """nn.MultiheadAttention built without batch_first=True reads (batch, n, d) as batch tokens of n items: the
-    message was a lecture on weight shapes (no mask), or only torch's attn_mask shape error (a causal mask)."""
+    message says so and how to build it (after torch's attn_mask shape error, with a causal mask)."""
     with pytest.raises(tracing.TraceError) as caught:
         checks.check_module(um.MHAWithoutBatchFirst(masked=masked).eval())
     words = ("(self.mha) has batch_first=False, so it reads your (2, 8, 32) input as 2 tokens × 8 items: build it "
@@ -1441,7 +1446,8 @@ def test_baddbmms_alpha_is_the_scale():
 
 
 def test_heads_folded_into_the_batch_are_read_as_heads_when_the_module_declares_them():
-    """(b·h, n, n) weights were read as b·h items of one head."""
+    """(b·h, n, n) weights are read as h heads where the module declares num_heads, and matches-reference compares
+    the concatenated heads; undeclared, they are b·h items of one head, and a note says to declare num_heads."""
     torch.manual_seed(0)
     trace = tracing.trace_module(um.BaddbmmAttention().eval(), torch.randn(1, 8, 16))
     assert trace.steps["weights"].shape == (1, 4, 8, 8) and trace.num_heads == 4
@@ -1491,8 +1497,9 @@ MASK_AFTER_SOFTMAX = ("the mask is applied after the softmax: rows no longer sum
 
 
 def test_a_mask_applied_after_the_softmax_is_named_by_every_rule_it_fails():
-    """nanoGPT with softmax, then masked_fill(bias == 0, 0.0): rows-sum-to-one passed (it read the softmax's output,
-    not what multiplies V), mask-convention blamed a masked_fill whose copy was dropped, causal named no cause."""
+    """nanoGPT with softmax, then masked_fill(bias == 0, 0.0): rows-sum-to-one reads the weights that multiply V, not
+    the softmax's output, and fails; rows-sum-to-one, causal, mask-convention and matches-reference each name the
+    mask applied after the softmax, none a masked_fill whose copy is dropped; scaling passes."""
     torch.manual_seed(0)
     results = {c.rule: c for c in checks.check_module(um.MaskAfterSoftmax().eval())}
     assert {rule for rule, c in results.items() if c.status == "fail"} == {
@@ -1513,9 +1520,9 @@ def test_a_mask_after_the_softmax_then_renormalised_passes():
 
 
 def test_a_forward_that_caches_by_default_is_called_uncached_where_attnviz_means_uncached():
-    """``forward(x, use_cache=True)``: the trace and every rule's uncached forward called ``forward(x)``, which
-    cached, so the cache grew from forward to forward — causal failed ("position 0 sees the future") and
-    dropout-placement could not run.  They pass ``use_cache=False`` now: the module passes, its cache checked."""
+    """``forward(x, use_cache=True)``: the trace and every rule's uncached forward pass ``use_cache=False``, so the
+    cache does not grow from forward to forward — the traced forward caches nothing, every rule but rotary-placement
+    passes, kv-cache names the cache, and a use_cache=True given is passed as given."""
     import attnviz
 
     torch.manual_seed(0)

@@ -94,7 +94,7 @@ def test_the_paper_slopes_are_transformers_and_its_alibi_hides_only_the_future(h
 def test_the_tracer_hides_only_the_future_of_a_users_alibi_module_over_2048_tokens(heads, mask):
     """A plain nn.Module with the paper's ALiBi, the first two heads of a layer of ``heads`` (a tensor-parallel
     shard's slopes), masked with −∞, −10⁴, finfo.min, or as SDPA's float attn_mask: the recorded attention's hidden
-    cells are the future's, though the bias gives far keys a weight of 0 (it hid over 300,000 real cells a head)."""
+    cells are the future's, though the bias gives far keys a weight of 0."""
     torch.manual_seed(0)
     module = alibi.ALiBiAttention(heads_in_model=heads, mask=mask).eval()
     n = 2048

@@ -111,7 +111,7 @@ NESTED = ("8 tokens of 64 elements (256 bytes) each: {0}[0][0] (1, 2, 8, 8), {0}
                          ids=["self.kv-list-of-tuples", "legacy-past_key_values"])
 def test_a_cache_nested_per_layer_says_what_every_layer_holds_once(cls, name):
     """A list of per-layer (k, v) tuples the module keeps, or Hugging Face's legacy tuple of (k, v) tuples the caller
-    holds: every layer's K and V are the cache, each counted once (the line said nothing of what the cache held)."""
+    holds: every layer's K and V are the cache, each counted once, and the pass says what the cache holds."""
     results = verdicts(built(cls))
     check = results["kv-cache"]
     assert check.status == "pass" and check.evidence.endswith(
@@ -122,8 +122,8 @@ def test_a_cache_nested_per_layer_says_what_every_layer_holds_once(cls, name):
 @pytest.mark.parametrize(("cls", "name"), [(nc.LayerCaches, "kv"), (nc.PastLayers, "past_key_values")],
                          ids=["self.kv-list-of-tuples", "legacy-past_key_values"])
 def test_a_nested_per_layer_cache_of_repeated_heads_fails_naming_every_layers_tensors(cls, name):
-    """Right outputs, but each layer caches its K and V after repeat_interleave: the GQA waste, found two levels deep
-    (it passed, saying nothing of what the cache held)."""
+    """Right outputs, but each layer caches its K and V after repeat_interleave: the GQA waste, found two levels deep,
+    fails naming every layer's tensors."""
     check = verdicts(built(cls, repeated=True))["kv-cache"]
     tensors = f"{name}[0][0] and {name}[0][1] and {name}[1][0] and {name}[1][1]"
     assert check.status == "fail" and check.evidence.endswith(
@@ -159,8 +159,8 @@ class _Copies(TorchFunctionMode):
 
 
 def test_finding_the_cache_copies_one_tokens_cache_alone():
-    """The finder copies what the reset emptied once, after one token: not the sequence's cache, nor the mask buffer
-    (it copied every tensor the module keeps five times: 4,352 bytes here)."""
+    """The finder copies what the reset emptied once, after one token: one token's K and V, in bytes, not the
+    sequence's cache, nor the mask buffer."""
     module = built(nc.TupleCacheMHA)
     x = checks.default_input(module)[:1]  # (1, 8, 16)
     with torch.no_grad():

@@ -618,9 +618,9 @@ def held_cache(cls):
 ], ids=["own", "cache-module", "cache-module-named", "held-cache", "held-cache-read", "plain-cache-object",
         "plain-cache-objects-per-layer", "cache-modules-per-layer", "plain-cache-objects-by-name"])
 def test_mask_convention_says_who_reads_a_cache_length(build, reads, causal_attention):
-    """A window_size only a cache submodule keeps is read by that module, not by the attention: the pass says what was
-    read — that no other module keeps it, why the submodule is a cache, whether the attention reads it — where it said
-    "the attention at most where it caches"."""
+    """A window_size only a cache submodule keeps is read by that module, not by the attention: the pass says what it
+    read — that no other module keeps it, why the submodule is a cache, whether the attention reads it — not "the
+    attention at most where it caches"."""
     name = cache_length(build())[0]
     check = checks.mask_convention(causal_attention, True, cache_length=cache_length_reading(build()))
     assert check == checks.Check("mask-convention", "pass", (
@@ -740,8 +740,9 @@ NAMES = [
 @pytest.mark.parametrize(("name", "words", "says_causal", "says_window"), NAMES, ids=[name for name, *_ in NAMES])
 def test_the_causal_rule_and_the_window_reading_read_a_class_name_by_the_same_words(name, words, says_causal,
                                                                                      says_window):
-    """A window_size read only to cache, in a class whose name alone may say sliding-window attention or causal:
-    "SWAv2" was read as "sw av 2", no sliding window, and the rules split a name in two ways."""
+    """A window_size read only to cache, in a class whose name alone may say sliding-window attention or causal: the
+    causal rule and the window reading split a name into the same words ("SWAv2" is "swa v 2", a sliding window, not
+    "sw av 2")."""
     module = built(type(name, (um.WindowSizeTrim,), {}))
     assert name_words(name) == words
     hint = checks.causal_rule(module, torch.zeros(1, 2, 16), torch.zeros(1, 2, 16), causal=False).evidence

@@ -56,7 +56,7 @@ def test_a_causal_mask_passes_every_rule_on_either_path(how, fast, fast_path, mo
 
 def test_is_causal_without_a_mask_is_told_it_is_only_a_hint(fast_path, monkeypatch):
     """The general path raises "Need attn_mask …", the fast path hides nothing: the check cannot run, and says why
-    in words a learner can act on, where it quoted torch's error alone."""
+    in words a learner can act on, not torch's error alone."""
     module = built("hint-only")
     assert takes_the_fast_path(module, monkeypatch) == fast_path
     with pytest.raises(tracing.TraceError) as raised:
@@ -73,10 +73,10 @@ def test_is_causal_without_a_mask_is_told_it_is_only_a_hint(fast_path, monkeypat
 ], ids=["hides-the-past", "sliding-window"])
 def test_is_causal_with_a_mask_that_is_not_the_causal_one_fails_mask_convention_naming_both_paths(how, found,
                                                                                                   fast_path):
-    """The general path hides the future and ignores the mask, the fast path applies it.  The rules' own forwards
-    took the fast path and the traced one the general path: batch-independence failed with "something mixes the
-    batch" for a mask hiding the past, and a sliding window passed mask-convention, which torch's general path
-    ignores."""
+    """The general path hides the future and ignores the mask, the fast path applies it.  Every forward of the check
+    runs the general path: mask-convention fails saying what the mask hides (the past, or a sliding window's keys) and
+    that the two paths attend differently, and batch-independence and causal pass, with the fast path enabled or
+    not."""
     results = {check.rule: check for check in checks.check_module(built(how))}
     assert results["mask-convention"].status == "fail", results
     assert results["mask-convention"].evidence.startswith(found), results

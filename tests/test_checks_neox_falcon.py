@@ -65,8 +65,8 @@ def test_gpt_neox_attention_passes_every_rule_and_its_cache_says_what_it_holds()
 
 
 def test_the_bare_gpt_neox_attention_says_it_needs_its_mask_and_its_rotary_tables():
-    """It takes attention_mask, which it needs, and position_embeddings, None by default, which it unpacks: the words
-    named only the mask, and a wrapper that built it alone got "cannot unpack non-iterable NoneType object"."""
+    """It takes attention_mask, which it needs, and position_embeddings, None by default, which it unpacks: the
+    message names both and how to wrap the module, not only the mask."""
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXAttention
 
     torch.manual_seed(0)
@@ -134,8 +134,8 @@ ALIBI = (" — with the ALiBi bias the module adds to the scores (a slope per he
 def test_falcon_attention_passes_every_rule(settings, heads, alibi):
     """Falcon-7B's multi-query layout (one K/V head broadcast in the matmul), or every head's; rotary, or ALiBi added
     to the scores before the scale; the context's heads put back with view, permute and reshape for FalconLinear
-    (input @ weight.T).  ALiBi's bias failed matches-reference, and the concatenated heads were not compared (the
-    context alone: FalconLinear is no nn.Linear call)."""
+    (input @ weight.T).  matches-reference compares the concatenated heads (FalconLinear is no nn.Linear call) and
+    passes ALiBi's bias; only rotary-placement does not pass, with ALiBi: not rotary."""
     results = verdicts(falcon_layer(**settings))
     assert {rule for rule, check in results.items() if check.status != "pass"} == (
         {"rotary-placement"} if alibi else set()), results
@@ -151,8 +151,8 @@ def test_falcon_attention_passes_every_rule(settings, heads, alibi):
 
 def test_falcons_grouped_query_layout_caches_every_query_heads_keys():
     """Falcon-40B's new_decoder_architecture: 2 K/V heads declared (num_kv_heads), broadcast to the 4 query heads
-    before the cache is updated, so the cache holds 4 heads.  The waste was not named: the sizes are declared by the
-    FalconAttention the wrapper holds, not by the wrapper."""
+    before the cache is updated, so the cache holds 4 heads.  kv-cache names the waste, with the sizes the
+    FalconAttention the wrapper holds declares (the wrapper declares none)."""
     results = verdicts(falcon_layer(new_decoder_architecture=True, num_kv_heads=2))
     assert {rule for rule, check in results.items() if check.status != "pass"} == {"kv-cache"}, results
     check = results["kv-cache"]

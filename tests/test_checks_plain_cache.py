@@ -143,8 +143,8 @@ def test_the_one_walk_finds_a_plain_caches_tensors_and_its_holders(store):
 
 @pytest.mark.parametrize("store", RULE_STORES)
 def test_a_sliding_window_cache_that_keeps_w_passes_saying_what_it_holds(store):
-    """Keeping the last W tokens: a pass that says what the cache holds after the text (it said nothing of a plain
-    cache's size)."""
+    """Keeping the last W tokens: a pass that says what the cache holds after the text — tokens, elements and bytes
+    each, and each tensor's shape."""
     check = checked(built(store=store))
     k, v = CACHED[store]
     holds = (f"{WINDOW} tokens of {PER_TOKEN} elements ({PER_TOKEN_BYTES} bytes) each: {k} (1, {HEADS}, {WINDOW}, "
@@ -155,7 +155,7 @@ def test_a_sliding_window_cache_that_keeps_w_passes_saying_what_it_holds(store):
 @pytest.mark.parametrize("store", RULE_STORES)
 def test_a_sliding_window_cache_that_keeps_every_token_fails_though_its_outputs_are_right(store):
     """The mask hides the far keys, so every output is right, but the cache grows with the whole text where W
-    entries suffice: the waste sliding-window attention exists to save, failed (it passed)."""
+    entries suffice: the waste sliding-window attention exists to save fails kv-cache."""
     check = checked(built(store=store, keep=None))
     k, _ = CACHED[store]
     assert check.status == "fail", check
@@ -169,8 +169,8 @@ def test_a_sliding_window_cache_that_keeps_every_token_fails_though_its_outputs_
 
 @pytest.mark.parametrize("store", RULE_STORES)
 def test_a_sliding_window_cache_that_keeps_too_little_names_the_plain_caches_tensor(store):
-    """Keeping W − 2: a step misses keys its window shows, and the cause names the tensor and what it holds (it was
-    read off the step's attention alone, naming no tensor)."""
+    """Keeping W − 2: a step misses keys its window shows, and the cause names the tensor, what it holds and what a
+    window of W needs."""
     check = checked(built(store=store, keep=WINDOW - 2))
     k, _ = CACHED[store]
     assert check.status == "fail", check

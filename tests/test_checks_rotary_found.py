@@ -145,8 +145,9 @@ def test_a_norm_after_the_rotation_fails_naming_it():
      "rotate the pairs x[..., ::2], x[..., 1::2]"),
 ], ids=["half-table", "interleaved-table"])
 def test_a_rotation_that_pairs_other_features_than_its_table_fails_naming_the_tables_layout(table, features, fix):
-    """rotate_half with an interleaved table, or interleaved pairs with a half-split one, was told "something after
-    the rotation (a norm, a projection)" breaks relative positions, and to rotate last."""
+    """rotate_half with an interleaved table, or interleaved pairs with a half-split one, fails naming the features
+    that turn by one angle and the fix for the table's layout, not "something after the rotation (a norm, a
+    projection)"; a rotation that pairs its table's features passes."""
     for rotation in ("half", "interleaved"):
         check = {c.rule: c for c in checks.check_module(built(um.RotaryLayouts, table=table, rotation=rotation),
                                                          rules=(RULE,))}[RULE]

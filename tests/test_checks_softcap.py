@@ -52,7 +52,8 @@ class TanhWithoutTheDivide(um.SoftCappedAttention):
 
 
 def test_a_tanh_that_is_no_soft_cap_is_named_when_scaling_cannot_find_the_scale():
-    """scaling said only "the scale of the scores could not be identified": the tanh that hides Q @ Kᵀ is named."""
+    """scaling skips saying the scale of the scores could not be identified, and names the tanh on its line that
+    comes between Q @ Kᵀ and the softmax."""
     torch.manual_seed(0)
     recording = attnviz.tracing.record(TanhWithoutTheDivide().eval(), torch.randn(1, 3, 64))
     check = checks.scaling(attnviz.tracing.combine(recording.attentions)[0])
@@ -120,8 +121,9 @@ def test_a_declared_cap_written_without_the_division_inside_the_tanh_fails_namin
 
 @pytest.mark.slow  # a whole check_module run: the slow tier
 def test_a_cap_applied_after_the_mask_fails_mask_convention_saying_the_future_keeps_minus_the_cap():
-    """Gemma 2's cap after the mask is added turns −∞ into −50: no cell was hidden, so the module was called "not
-    causal", causal and mask-convention skipped, and matches-reference blamed a bias "neither a mask nor ALiBi"."""
+    """Gemma 2's cap after the mask is added turns −∞ into −50, so no cell is hidden: mask-convention fails saying
+    every future key keeps −50 and to cap first, causal and matches-reference run (no skip), and matches-reference
+    blames no bias "neither a mask nor ALiBi"."""
     torch.manual_seed(0)
     results = verdicts(um.DeclaredSoftCap(masked_first=True), ("causal", "mask-convention", "matches-reference"))
     assert results["mask-convention"] == checks.Check(

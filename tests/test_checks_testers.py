@@ -1,5 +1,5 @@
-"""What two testers' modules, written the way users write them, showed the checker getting wrong: the verdicts and
-the words each now gives (the modules are tests/helpers/user_modules.py's, after FusedHeads)."""
+"""Two testers' modules, written the way users write them: the verdicts and the words the checker gives each (the
+modules are tests/helpers/user_modules.py's, after FusedHeads)."""
 
 import numpy as np
 import pytest

@@ -17,8 +17,8 @@ def verdicts(module, width: int = 16) -> dict[str, checks.Check]:
 
 @pytest.mark.parametrize("name", ["WeightlessScaled", "WeightlessSDPA"])
 def test_a_weightless_module_that_divides_by_the_root_of_its_width_passes_both_rules(name):
-    """x @ xᵀ / √d (by hand, or by SDPA's own scale) was told it "does not scale its scores" and failed
-    matches-reference against an unscaled reference."""
+    """x @ xᵀ / √d (by hand, or by SDPA's own scale): scaling says the scores are divided by √head_dim, and
+    matches-reference passes against the scaled reference; no rule fails."""
     results = verdicts(getattr(um, name)())
     assert results["scaling"].status == "pass"
     assert results["scaling"].evidence == "the scores are divided by √head_dim = √16 ≈ 4"
@@ -29,7 +29,7 @@ def test_a_weightless_module_that_divides_by_the_root_of_its_width_passes_both_r
 
 def test_a_weightless_module_that_does_not_scale_skips_scaling_and_its_reference_says_unscaled():
     """The book's 3.3 made causal: the skip says what the module does, and the reference's words name the unscaled
-    formula they compare with (they said ÷√d_head while the reference was unscaled)."""
+    formula they compare with, and no √d_head."""
     results = verdicts(um.WeightlessUnscaled())
     assert results["scaling"].status == "skip"
     assert results["scaling"].evidence.startswith("the scores are not scaled, as in the book's simplified "

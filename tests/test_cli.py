@@ -202,8 +202,9 @@ def test_what_cannot_run_exits_2_with_one_line(modules, spec, message):
     ("mypackage.attention:MyAttention", False),
 ])
 def test_a_module_name_instead_of_a_file_says_attnviz_checks_a_files_class(spec, transformers):
-    """A module's import name said only "no such file"; it says that attnviz checks a class in a file, and for a
-    transformers layer how: the doc section it names shows the file to write."""
+    """A module's import name is not only "no such file": the message says that attnviz checks a class in a file,
+    and for a transformers layer how — the doc section it names shows the file to write; a file's name that is not
+    there gets "no such file" alone."""
     result = check(spec)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and result.stdout == ""
     name = spec.partition(":")[0]
@@ -281,8 +282,8 @@ def test_d_in_is_the_input_width_of_a_module_that_does_not_say_its_own():
 ])
 def test_the_checked_input_is_as_wide_as_the_width_typed_or_built(spec, flags):
     """OutProjFirst makes o_proj (128 wide in) before q_proj (hidden_size wide in); EinsumProjections' only
-    nn.Linear is its output's (128 wide in): each was checked on a 128-wide input whatever --d-in said, and exited 2
-    with the forward's shape error alone."""
+    nn.Linear is its output's (128 wide in): each is checked on an input as wide as --d-in says, or as the class is
+    built without it, not on its first Linear's 128, and every rule passes (exit 0)."""
     result = check(f"{ROOT / 'tests' / 'helpers' / 'user_modules.py'}:{spec}", *flags)
     assert result.returncode == 0, result.stderr
     assert "All 9 rules pass" in result.stdout
@@ -406,8 +407,7 @@ def test_check_help_says_a_skip_exits_0_and_what_no_causal_means():
 @pytest.mark.parametrize("command", ["check", "train", None])
 def test_help_reads_in_80_columns(command, monkeypatch):
     """``--help`` in an 80-column terminal: a description of at most 3 lines, each option's help in at most 3, no line
-    wider than the terminal, and examples that are commands attnviz takes — attnviz check's description was one
-    sentence of 20 lines."""
+    wider than the terminal, and examples that are commands attnviz takes."""
     monkeypatch.setenv("COLUMNS", "80")
     main = cli.parser()
     spec = {"check": ["x.py:X"], "train": ["--out", "x"]}
@@ -767,7 +767,8 @@ def test_nan_after_the_attention_exits_2_instead_of_passing():
 
 
 def test_a_float64_module_is_checked_on_its_dtype(tmp_path):
-    """A class that converts itself to float64: was exit 2, "expected m1 and m2 to have the same dtype"."""
+    """A class that converts itself to float64 is checked on float64 input: exit 0, not torch's "expected m1 and m2
+    to have the same dtype"."""
     path = tmp_path / "double.py"
     path.write_text(MODULES + "\n\nclass Double(Attention):\n"
                     "    def __init__(self, d_in, d_out, num_heads, context_length):\n"
@@ -893,7 +894,8 @@ TINY_TRAINING = ["--set=n_layers=1", "--set=n_heads=2", "--set=emb_dim=16", "--s
 
 @pytest.mark.usefixtures("several_torch_threads")
 def test_threads_beyond_the_cpus_are_capped_with_a_note_and_one_step_is_one_step(tmp_path, monkeypatch, capsys):
-    """--threads 999 on a 2-core machine was accepted silently, and the last line said "(1 steps, 6 s)"."""
+    """--threads 999 on a 2-core machine uses 2 threads and says so on stderr, and the last line says "(1 step, …)",
+    not "(1 steps, …)"."""
     import torch
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
@@ -917,8 +919,8 @@ def test_the_default_threads_fit_a_one_core_machine_without_a_note(tmp_path, mon
 
 
 def test_train_step_lines_say_about_how_long_is_left(tmp_path, capsys):
-    """`attnviz train --steps 1000` printed a loss line every 50 steps and no time estimate (it ran 11 minutes on a
-    loaded machine): a line after the first few steps says the time left, as the Train page's progress bar does."""
+    """`attnviz train` prints a loss line every probe_every steps; a line after the first few steps says about how
+    long is left, as the Train page's progress bar does, and the last line (nothing left) does not."""
     assert cli.main(["train", "--out", str(tmp_path / "m"), "--steps", "12", "--threads", "1",
                      "--set=probe_every=4", *TINY_TRAINING]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -1119,7 +1121,8 @@ def test_a_bias_default_of_the_constructor_wins_and_set_changes_it(beside, monke
     assert "bias only with --set bias=... (the class's own default otherwise)" in help_text("check")
 
 def test_a_kwargs_constructor_gets_the_flags_given_and_says_so(beside, monkeypatch):
-    """``Kw(**kwargs)`` got none of --d-in 32 --num-heads 2, and stderr said it takes no num_heads argument."""
+    """``Kw(**kwargs)`` gets --d-in 32 --num-heads 2 as d_in=32, num_heads=2, and stderr says so; with no flag
+    given, its own defaults and nothing said."""
     built = built_modules(monkeypatch)
     result = check(f"{beside}/mine.py:Kw", "--d-in", 32, "--num-heads", 2)
     assert result.returncode == 0, result.stderr
@@ -1132,8 +1135,9 @@ def test_a_kwargs_constructor_gets_the_flags_given_and_says_so(beside, monkeypat
 
 
 def test_a_class_without_a_constructor_is_built_with_none_and_the_flags_say_what_they_did():
-    """WeightlessScaled keeps nn.Module's own ``__init__(self, *args, **kwargs)``: --d-in 16 was passed to it as
-    ``d_in=16`` ("takes **kwargs") and its construction raised TypeError (exit 2)."""
+    """WeightlessScaled keeps nn.Module's own ``__init__(self, *args, **kwargs)``: it is built with no arguments, not
+    as ``WeightlessScaled(d_in=16)`` (which nn.Module refuses), and the note says which flags it did not use and that
+    --d-in sizes only the checked input; with no flag given, no note."""
     result = check(f"{USER_MODULES}:WeightlessScaled", "--d-in", 16)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ("attnviz check: WeightlessScaled() takes no arguments, so it is built with none: "
@@ -1175,8 +1179,8 @@ OWN_DEFAULTS = ROOT / "tests" / "helpers" / "own_defaults.py"
 
 
 def test_a_class_is_built_with_its_own_size_defaults_unless_a_flag_is_typed(monkeypatch):
-    """``LlamaGQA(d_in=64, num_heads=8, num_kv_groups=2)`` checked without --num-heads was built with attnviz's 4
-    heads; the kv-cache rule was told 4 heads (``sizes``)."""
+    """``LlamaGQA(d_in=64, num_heads=8, num_kv_groups=2)`` checked without --num-heads is built with its own 8 heads,
+    and the kv-cache rule is told 8 (``sizes``), not attnviz's 4; the flags typed set the sizes they name."""
     built, told = [], []
     check_module = checks.check_module
     monkeypatch.setattr(checks, "check_module", lambda module, x, **kw: built.append(module) or told.append(
@@ -1191,8 +1195,9 @@ def test_a_class_is_built_with_its_own_size_defaults_unless_a_flag_is_typed(monk
 
 
 def test_the_checked_input_is_as_wide_and_as_long_as_the_class_was_built():
-    """A class that says neither its width nor its context was built with attnviz's n_embd=64 and block_size=64;
-    built with its own 48 and 16, the input must be 48 wide (``--d-in`` not given) and at most 16 tokens long."""
+    """A class that says neither its width nor its context is built with its own n_embd=48 and block_size=16, not
+    attnviz's 64: the input is 48 wide (``--d-in`` not given) and at most 16 tokens long, and --tokens 20 is cut to
+    16 with a note."""
     result = check(f"{OWN_DEFAULTS}:FusedWidth48")
     assert result.returncode == 0, result.stderr
     assert ALL_PASS in result.stdout and "tokens" not in result.stderr

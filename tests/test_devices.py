@@ -31,8 +31,9 @@ def test_run_with_cuda_here_runs_on_cpu_with_a_note():
 
 
 def test_the_config_that_ran_holds_the_device_that_ran(monkeypatch):
-    """Before, a run asked for CUDA on a machine without it kept device="cuda" in trace.config, and running
-    trace.config again noted the fallback again."""
+    """A run asked for CUDA on a machine without it runs on the CPU with one note, and trace.config holds
+    device="cpu", so running trace.config again gives the same config and no note; "auto" holds the device it
+    picked."""
     monkeypatch.setattr(config_module, "available_devices", lambda: ["auto", "cpu"])
     trace = run(TEXT, small(device="cuda"))
     assert (trace.device, trace.config.device) == ("cpu", "cpu") and len(trace.notes) == 1

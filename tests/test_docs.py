@@ -427,7 +427,7 @@ def test_design_md_has_a_row_for_every_module():
 
 def test_design_md_lists_each_module_under_its_layer():
     """A module's row sits under the heading of its layer (tests/test_core_boundaries.py's: a module's folder, the
-    top-level modules the core): urlstate, a top-level module the core imports, was listed among the ui modules."""
+    top-level modules the core): urlstate, a top-level module the core imports, is listed under core, not ui."""
     folders = {"views": "attnviz/views/", "labs": "attnviz/labs/", "ui": "attnviz/ui/"}
     misplaced, heading = [], None
     for line in (ROOT / "docs" / "design.md").read_text().splitlines():
@@ -513,7 +513,8 @@ WRITTEN_OUT = ("run", "trace_module", "check_module", "load_trace", "explain_wei
 
 @pytest.mark.parametrize("name", WRITTEN_OUT)
 def test_api_md_writes_out_every_parameter_of_a_function(name):
-    """check_module's ``sizes=`` (what attnviz check and the app's Check panel pass) was missing from api.md."""
+    """api.md's section of each function in WRITTEN_OUT writes out every parameter of its signature — check_module's
+    ``sizes=`` too (what attnviz check and the app's Check panel pass)."""
     import inspect
 
     import attnviz
@@ -527,8 +528,8 @@ def test_api_md_writes_out_every_parameter_of_a_function(name):
 
 def test_the_forward_counts_the_docs_give_are_what_a_check_runs():
     """api.md's and your-module.md's counts of a check's forwards, for a module whose KV cache it resets itself and one
-    whose caller holds it, are what check_module runs and plans (they said 23 and 41, three and one too few, once
-    the rule also found what the cache holds)."""
+    whose caller holds it, are what check_module runs and plans, and so is api.md's allowance for a kv-cache
+    failure's diagnosis."""
     import torch
     from helpers import named_caches, user_modules
 
@@ -563,8 +564,8 @@ def test_the_forward_counts_the_docs_give_are_what_a_check_runs():
 
 
 def test_guarantees_md_gives_the_forwards_a_failures_diagnosis_may_add():
-    """guarantees.md's allowance for a failure's diagnosis is check_module's (it said n − n // 2 + 4 for kv-cache
-    where the check allows, and api.md says, n − n // 2 + 5)."""
+    """guarantees.md's allowance for a failure's diagnosis — causal's, batch-independence's and kv-cache's
+    n − n // 2 + k — is what check_module's diagnosis adds."""
     from helpers import user_modules
 
     from attnviz import checks

@@ -72,8 +72,8 @@ def test_a_run_after_prepare_builds_nothing_and_gives_the_same_numbers(counted_b
 @pytest.mark.parametrize("config", [AttentionConfig(seed=9), AttentionConfig(module="Your module: Mine"),
                                     AttentionConfig(checkpoint="bundled")], ids=["book", "module", "checkpoint"])
 def test_prepare_builds_what_the_configs_producer_prepares(monkeypatch, config):
-    """The kind of run is told apart in one place, producers.for_config: the warm-up asks the producer it picks
-    (prepare branched on the config's kind itself, a second copy of that choice a new kind had to be added to)."""
+    """The kind of run is told apart in one place, producers.for_config: the warm-up asks the producer it picks, so a
+    new kind of run is prepared without a second copy of that choice."""
     prepared = []
 
     class Producer:  # a new kind of run: settle, trace and prepare

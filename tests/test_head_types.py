@@ -362,7 +362,7 @@ def test_induction_head_on_repeated_tokens():
 def test_on_repeated_random_tokens_the_induction_score_is_the_induction_labs_stripe(T):
     """On TransformerLens' induction data ([BOS] + x + x, x of distinct ids) the queries that can show induction are
     the second copy's, each with one cell, A[i, i − T + 1]: the score is the stripe's mean over the second copy, the
-    Induction lab's score (over every row it was that times T / (2T + 1))."""
+    Induction lab's score; its mean over every row (``every_row=True``) is that times T / (2T + 1)."""
     tokens = repeated_random_tokens(T, seed=T)
     assert len(set(tokens[1:T + 1].tolist())) == T  # distinct ids: one earlier copy per second-copy token
     n = len(tokens)

@@ -240,8 +240,9 @@ def test_a_run_without_queries_or_a_head_it_does_not_have_is_a_clear_error(trace
 
 @pytest.mark.parametrize("head", [4, 7, -1, -4])
 def test_every_reader_of_a_head_refuses_one_the_run_does_not_have_in_the_same_words(traces, head):
-    """trace.attention_map("weights", 7) on a 4-head trace raised a raw IndexError and head −1 gave the last head,
-    while head_vectors and explain_weight raised an InputError: each now says the range the same way."""
+    """A head a 4-head trace has not (4, 7, and −1 or −4, which Python's indexing would read as a head from the end):
+    trace.attention_map, head_vectors, explain_weight and figures_of each raise an InputError that says the range in
+    the same words, never a raw IndexError or the last head."""
     from attnviz.views import notebook
 
     trace = traces("mha")

@@ -283,9 +283,9 @@ def test_head_groups_say_which_kv_head_each_head_uses():
 
 
 def test_grouped_query_attention_left_to_group_its_heads_groups_them_as_the_cost_chart_does():
-    """AttentionConfig(variant="gqa", num_heads=4) ran with 4 K/V heads — plain MHA — while the Generate page's cost
-    chart drew GQA with 2 for 4 heads: one rule (kv_cache.default_kv_heads) now gives both, between MHA and MQA
-    wherever the heads have a divisor between 1 and themselves."""
+    """AttentionConfig(variant="gqa", num_heads=4) runs with the K/V heads the Generate page's cost chart draws for
+    GQA, 2 for 4 heads, not 4 (plain MHA): one rule (kv_cache.default_kv_heads) gives both, between MHA and MQA
+    wherever the heads have a divisor between 1 and themselves, and one K/V head where they have none."""
     from attnviz import kv_cache
 
     for heads in range(1, 33):

@@ -314,7 +314,9 @@ def lying(trace) -> dict[str, bytes]:
     "a batch of 2 weights", "a config of 8 heads", "an int text", "all-NaN weights", "int shapes",
     "a module run without ops"])
 def test_a_file_whose_shapes_or_fields_lie_is_refused_in_words_when_loaded(case, trace):
-    """Before, each of these loaded and the API raised IndexError later (or drew NaN as weight 0)."""
+    """A file whose arrays' shapes disagree with each other or its manifest, or whose fields have the wrong type, or
+    whose weights are all NaN, is refused when loaded, in one line saying it is not an attnviz trace — never Python's
+    own words (IndexError, "object is not iterable") later."""
     with pytest.raises(InputError) as raised:
         attnviz.load_trace(lying(trace)[case])
     message = str(raised.value)
@@ -352,8 +354,9 @@ def torch_saved() -> bytes:
 ], ids=["a plain manifest.json", "a plain manifest beside an array", "a zip of other files", "a torch.save file",
         "an npz without the manifest"])
 def test_a_zip_attnviz_did_not_write_is_named_for_what_it_is(make, said, tmp_path):
-    """Before, a zip whose manifest.json is a plain file raised AttributeError ('bytes' object has no attribute
-    'dtype'), and a torch.save file was called an NPZ without manifest.json."""
+    """A zip whose manifest.json is a plain file, a zip of other files, a torch.save file and an NPZ without
+    manifest.json are each refused with an InputError that says what the file is, from bytes, a stream or a path —
+    never an AttributeError from inside, and a torch.save file is not called an NPZ."""
     with pytest.raises(InputError) as raised:
         attnviz.load_trace(make())
     message = str(raised.value)

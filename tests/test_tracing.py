@@ -107,7 +107,8 @@ def test_nn_multihead_attention_says_whether_its_mask_is_float_as_the_user_gave_
 
 
 def test_an_nn_multihead_attention_float_mask_that_hides_the_past_is_told_about_float_masks():
-    """A float mask with −∞ below the diagonal was told nn.MultiheadAttention's boolean convention."""
+    """A float mask with −∞ below the diagonal fails mask-convention saying it hides the past, in the words of a float
+    mask (checks.FLOAT_MASK), not nn.MultiheadAttention's boolean convention."""
     torch.manual_seed(0)
     attention = tracing.record(MHAWithMask(FLOAT_PAST).eval(), torch.randn(1, 3, 32)).attentions[0]
     check = checks.mask_convention(attention, True)
@@ -245,7 +246,7 @@ class CausalSelfAttention(nn.Module):
 
 def test_an_error_in_the_users_forward_names_its_file_and_line(tmp_path, x):
     """nanoGPT's heads split with view alone, on a slice of the fused projection: torch raises in the user's
-    ``k.view(…)``, and the message said only "the forward raised RuntimeError: view size is not compatible …"."""
+    ``k.view(…)``, and the message names the user's file and line before torch's "view size is not compatible …"."""
     path = tmp_path / "nanogpt_attn.py"
     path.write_text(NANOGPT_SPLIT_BY_VIEW)
     module = user_code.build(user_code.load(f"{path}:CausalSelfAttention"))
@@ -354,9 +355,9 @@ def test_a_long_text_on_a_module_that_fails_at_any_length_keeps_its_own_error():
 
 def test_a_module_keeping_its_width_and_context_under_other_constructor_names_is_traced_and_checked():
     """emb_dim and max_position_embeddings are names constructors give the input width and the context (the ones
-    attnviz builds a module with, declarations.SPELLINGS): the width was read only as d_in/embed_dim/…, the context
-    only as context_length/block_size/…, so this module's text could not be embedded ("cannot tell the module's
-    input width"), nor a check run without x, and a text longer than its table named neither length."""
+    attnviz builds a module with, declarations.SPELLINGS), read as d_in/embed_dim/… and context_length/block_size/…
+    are: this module's text is embedded at its width, a check runs without x and fails no rule, and a text longer
+    than its table is refused naming both lengths."""
     module = um.FusedPositionTable(emb_dim=24, max_position_embeddings=16).eval()
     trace = tracing.trace_module(module, "Your journey starts with one step")
     assert trace.config.d_in == 24 and trace.steps["weights"].shape == (1, 1, 6, 6)
@@ -521,8 +522,9 @@ def test_a_too_long_text_names_the_modules_own_context_parameter(module, paramet
     (um.OutProjFirst(hidden_size=64), "q_proj"),  # not o_proj, made first, which takes 128
 ], ids=["nanoGPT", "o_proj-made-first"])
 def test_an_input_of_another_width_says_both_widths(run, module, layer):
-    """The module's own error ("mat1 and mat2 shapes cannot be multiplied (16x32 and 64x192)") named neither x nor
-    the width the module takes; then the width named was the first Linear the module made, not the one it calls."""
+    """An x of another width than the module takes: the message names x's width and the width of the first Linear
+    the forward calls (not the first one the module made), before the module's own error ("mat1 and mat2 shapes
+    cannot be multiplied …"), in one line."""
     with pytest.raises(tracing.TraceError) as caught:
         run(module.eval(), torch.randn(2, 8, 32))
     message = str(caught.value)
@@ -537,8 +539,9 @@ WIDTH_TEXT = "Your journey starts with one step"
 
 
 def test_without_x_the_input_is_as_wide_as_the_first_linear_the_forward_calls():
-    """Qwen3's widths with o_proj made first (OutProjFirst): attnviz fed x as wide as o_proj takes, 128, and the
-    forward's q_proj, which takes 64, refused it — in trace_module(text) and check_module(module) alike."""
+    """Qwen3's widths with o_proj made first (OutProjFirst): attnviz feeds x as wide as the forward's first Linear,
+    q_proj, takes (64), not o_proj's 128 — in trace_module(text) and check_module(module) alike, where no rule
+    fails."""
     module = um.OutProjFirst().eval()
     assert tracing.infer_d_in(module) == 64
     trace = tracing.trace_module(module, WIDTH_TEXT)
@@ -562,8 +565,9 @@ def test_finding_the_width_leaves_the_random_numbers_and_the_module_as_they_were
     (checks.check_module, "(2, 8, 128)"),
 ], ids=["trace_module", "check_module"])
 def test_a_width_attnviz_chose_that_the_forward_refuses_says_which_and_where_from(run, fed):
-    """EinsumProjections projects with einsum and keeps its only nn.Linear for the output (128 wide in): attnviz
-    can only guess, and its guess was said nowhere — the forward's einsum error alone."""
+    """EinsumProjections projects with einsum and keeps its only nn.Linear for the output (128 wide in): attnviz can
+    only guess, and after the forward's einsum error the message says the width it fed and where that width comes
+    from (W_O, the module's first Linear), in one line."""
     module = um.EinsumProjections().eval()
     with pytest.raises(tracing.TraceError) as caught:
         run(module)

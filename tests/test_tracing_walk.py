@@ -127,9 +127,9 @@ def test_a_softmax_over_the_heads_fails_the_check_naming_its_dim_shape_and_line(
 
 @pytest.mark.parametrize("merge", ["view", "reshape_as"])
 def test_queries_scaled_before_the_heads_are_folded_into_the_batch_pass_every_rule(merge):
-    """OPT's, BART's and Whisper's order: q scaled, then viewed, transposed and reshaped to (b·h, n, hd).  The scale
-    before the view was not found (scaling failed: "not scaled", matches-reference failed by the scale), and a context
-    put back with reshape_as(x) was not compared as the concatenated heads."""
+    """OPT's, BART's and Whisper's order: q scaled, then viewed, transposed and reshaped to (b·h, n, hd).  scaling
+    finds the scale before the view, matches-reference compares the concatenated heads (a context put back with
+    reshape_as(x) too), and only kv-cache and rotary-placement do not pass; the trace has 4 heads."""
     torch.manual_seed(0)
     results = verdicts(um.FoldedHeads(merge=merge).eval())
     assert {rule for rule, check in results.items() if check.status != "pass"} == {"kv-cache",

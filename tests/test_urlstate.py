@@ -330,8 +330,8 @@ NOT_WHOLE = ("2.5", "1e3", "abc", "", "9" * 20 + ".5")
 
 
 def quoted_back(raw: str) -> str:
-    """A URL's value as a notice quotes it: whole up to 20 characters, else its first 20 and "…" (a 400-digit value
-    was printed to its 40th digit, a page's cell or random GPT to their 40th character, a checkpoint's layer whole)."""
+    """A URL's value as a notice quotes it: whole up to 20 characters, else its first 20 and "…" — a number, a page's
+    cell or random GPT and a checkpoint's layer alike."""
     return repr(raw if len(raw) <= 20 else raw[:20] + "…")
 
 
@@ -375,7 +375,8 @@ def _parses_one(parse) -> bool:
 
 @pytest.mark.parametrize("key", INTEGER_SETTINGS)
 def test_a_setting_out_of_range_says_so_and_one_not_whole_says_that(key):
-    """new_tokens=99999 once said "is not a whole number": a whole number outside the range is out of range."""
+    """A whole number outside the range is out of range, not "not a whole number"; a value that is not a whole number
+    says that; either leaves the setting at its default."""
     low, high = INTEGER_SETTINGS[key]
     span = f"{low} … {high:,}"
     for raw in (*OUTSIDE, str(low - 1), str(high + 1), f"+{high * 10}", f" {low - 7} "):
@@ -403,7 +404,8 @@ PAGE_NUMBERS = [  # every page's whole-number parameter: its parser as its page 
 @pytest.mark.parametrize(("name", "parse", "span"), PAGE_NUMBERS,
                          ids=[f"{row[0]}-{i}" for i, row in enumerate(PAGE_NUMBERS)])
 def test_a_page_number_out_of_range_says_so_and_one_not_whole_says_that(name, parse, span):
-    """The QA's /generate?new_tokens=99999 said "is not a whole number of new tokens (1 … 1,024)"."""
+    """A page's number out of range (/generate?new_tokens=99999) is "out of range" with the page's span, not "not a
+    whole number"; one that is not a whole number says that."""
     for raw in ("-1", "99999", *OUTSIDE):
         with pytest.raises(ValueError) as refused:
             parse(raw)

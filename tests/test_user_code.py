@@ -437,7 +437,7 @@ def test_a_kwargs_constructor_gets_the_settings_given_by_attnvizs_names(tmp_path
 
 def test_a_class_without_a_constructor_of_its_own_takes_no_arguments():
     """nn.Module's own ``__init__(self, *args, **kwargs)`` is no **kwargs constructor: given d_in=16, a class that
-    keeps it was called ``NoConstructor(d_in=16)``, which nn.Module refuses."""
+    keeps it is built with no arguments, not as ``NoConstructor(d_in=16)``, which nn.Module refuses."""
     from helpers.user_modules import WeightlessScaled
 
     assert user_code.constructor_arguments(WeightlessScaled, d_in=16, num_heads=2) == {}
@@ -463,10 +463,11 @@ OWN_SIZES = textwrap.dedent('''
 
 
 def test_a_size_with_a_default_keeps_it_unless_given(tmp_path, listed_alone):
-    """``LlamaGQA(d_in=64, num_heads=8, num_kv_groups=2)`` checked without --num-heads was built with attnviz's 4
-    heads: every size parameter got attnviz's default, the class's own notwithstanding.  Now a size with a default
-    keeps it unless given (a required one gets attnviz's), d_out follows a d_in given, a required variant's default
-    is reckoned from the sizes the class is built with, and the sizes built with include the class's own."""
+    """``LlamaGQA(d_in=64, num_heads=8, num_kv_groups=2)`` built without sizes given has its own 8 heads, not
+    attnviz's 4: a size with a default keeps it unless given (a required one gets attnviz's), d_out follows a d_in
+    given, a required variant's default is reckoned from the sizes the class is built with, and the sizes built with
+    include the class's own.  The app gives every size from its sidebar, so there the class's defaults never
+    decide."""
     from helpers.own_defaults import LlamaGQA
 
     assert user_code.constructor_arguments(LlamaGQA) == {}

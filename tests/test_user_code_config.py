@@ -169,8 +169,8 @@ NANOCHAT = textwrap.dedent('''
 @pytest.mark.parametrize("spelling", ["n_kv_head", "n_kv_heads", "num_key_value_heads"])
 def test_the_kv_heads_reach_a_config_object_under_the_names_gqa_classes_read(tmp_path, spelling):
     """nanochat's ``CausalSelfAttention(config)`` reads ``config.n_kv_head`` (Llama-style code ``n_kv_heads``,
-    Hugging Face's ``num_key_value_heads``): --num-kv-groups never reached a config object, and --set refused the
-    name.  Now the object carries every spelling of a variant's size given, and --set sets them all."""
+    Hugging Face's ``num_key_value_heads``): the config object carries every spelling of a variant's size given
+    (--num-kv-groups, the latent width, the window), only when given, and --set under any of them sets them all."""
     path = tmp_path / "nanochat.py"
     path.write_text(NANOCHAT.replace("config.n_kv_head", f"config.{spelling}"))
     cls = user_code.load(f"{path}:CausalSelfAttention")
@@ -207,10 +207,10 @@ HF_MODULES = user_modules.__file__  # HFStyleConfigAttention(config): a Llama po
 
 
 def test_a_config_object_answers_hugging_faces_names_from_the_flags():
-    """``HFStyleConfigAttention(config)`` reads ``config.hidden_size`` …: the object had nanoGPT's and the book's names
-    only, so the constructor raised AttributeError.  Now it has every spelling of a size (hidden_size ← --d-in,
-    num_attention_heads ← --num-heads, max_position_embeddings ← --context-length, attention_dropout ← --dropout,
-    num_key_value_heads ← --num-kv-groups) and Hugging Face's head_dim, the width over the heads."""
+    """``HFStyleConfigAttention(config)`` reads ``config.hidden_size`` …: beside nanoGPT's and the book's names, the
+    object has every spelling of a size (hidden_size ← --d-in, num_attention_heads ← --num-heads,
+    max_position_embeddings ← --context-length, attention_dropout ← --dropout, num_key_value_heads ← --num-kv-groups)
+    and Hugging Face's head_dim, the width over the heads, and the constructor builds from it."""
     cls = user_code.load(f"{HF_MODULES}:HFStyleConfigAttention")
     arguments = user_code.constructor_arguments(cls, d_in=64, num_heads=8, num_kv_groups=2, context_length=32,
                                                 dropout=0.1)
@@ -224,7 +224,8 @@ def test_a_config_object_answers_hugging_faces_names_from_the_flags():
 
 
 def test_set_takes_hugging_faces_names_and_sets_every_name_of_their_size():
-    """--set hidden_size=64 was refused ("attnviz's has no hidden_size … did you mean window_size?")."""
+    """--set takes Hugging Face's names (hidden_size, num_attention_heads) and sets every name of their size (n_embd,
+    d_in, d_out; n_head, and head_dim from them); a typo (hiden_size) is refused suggesting hidden_size."""
     cls = user_code.load(f"{HF_MODULES}:HFStyleConfigAttention")
     config = user_code.constructor_arguments(cls, {"hidden_size": 32, "num_attention_heads": 2}, num_heads=8)["config"]
     assert (config.hidden_size, config.n_embd, config.d_in, config.d_out) == (32, 32, 32, 32)

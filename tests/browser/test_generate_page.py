@@ -316,8 +316,8 @@ def test_the_cost_chart_a_link_names_reads_whole_at_900_and_1400_px(page, server
 
 
 def test_a_real_models_chart_and_the_dtype_box_agree_on_its_dtype(page, server):
-    """Sizes = Llama 3.2 1B: the chart is in the model's own bf16 (its table row's 4.29 GB), and the dtype box says
-    nothing else (a label that named the dtype kept the previous model's fp32 in the browser)."""
+    """Sizes = Llama 3.2 1B picked on the page: the chart's title says the model's own bf16, and the dtype box, its
+    label and its value, says nothing of the fp32 of the model shown before."""
     page.goto(f"{server.url}/generate?random=none")
     wait_idle(page, timeout=120_000)
     main = page.get_by_test_id("stMain")

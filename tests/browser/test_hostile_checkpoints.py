@@ -2,9 +2,8 @@
 wrong with the file, in words, and keeps the text — never a traceback.
 
 The checkpoints are a small random GPT-2 (helpers.checkpoints) saved with ``save_pretrained``, then changed: a
-config whose ``n_positions`` is 10¹² (it overflowed the skeleton's mask), a LayerNorm holding NaN (it drew blank
-maps and broke the Induction lab), a model whose context is 4 tokens (the Induction lab's T input had its minimum
-above its maximum).
+config whose ``n_positions`` is 10¹² (where the file's position table holds 32), a LayerNorm holding NaN, a model
+whose context is 4 tokens (too short for the Induction lab's repeated sequence).
 """
 
 from __future__ import annotations

@@ -73,9 +73,9 @@ def test_the_rotation_stage_fits_the_page_its_tables_need_no_sideways_scroll(pag
 
 @pytest.mark.parametrize("width", [900, 1400])
 def test_the_latent_stage_wraps_its_code_and_its_table_needs_no_sideways_scroll(page, base_url, width):
-    """At 900 px the latent stage's W_UK/W_UV lines ran out of their code block and its table's vector column was
-    cut off at the table's edge.  Now the code wraps in its column and the table of latent vectors, under the shape
-    diagram, lies inside the page's main column and needs no sideways scroll."""
+    """At 900 and 1,400 px the latent stage's code (its W_UK/W_UV lines) wraps in its code block, which needs no
+    sideways scroll, and the one table of latent vectors, under the shape diagram, lies inside the page's main column,
+    its vector column whole, with no sideways scroll."""
     page.set_viewport_size({"width": width, "height": 1000})
     page.goto(f"{base_url}/steps?text={TEXT}&variant=mla&stage=latent")
     wait_idle(page, timeout=FIRST_RUN_MS)

@@ -484,8 +484,8 @@ def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
 
 
 def test_a_head_picked_in_the_selectbox_is_the_one_the_grid_marks(page, base_url):
-    """The Focused head selectbox moves the grid's ▶ mark as a click on a tile does (it moved only the map: the mark
-    stayed on the head before)."""
+    """The Focused head selectbox moves the grid's ▶ mark as a click on a tile does, with the focused map: head 4
+    picked, the map's title and the grid's one ▶ both say head 4."""
     visit(page, f"{base_url}/")
     focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
     before = runs(page)
@@ -837,9 +837,9 @@ _LABEL_BOXES = """(gd) => Array.from(gd.querySelectorAll('g.xtick text'), (label
 
 
 def test_a_thin_box_on_the_1024_token_map_selects_its_rows_and_autoscale_fits_the_cells(page, base_url):
-    """A box ten rows high on the 1,024-token map's 256 × 256 window is ~12 px: it selects those rows (Plotly's default
-    select direction made it a band of every row); the summed charts beside it label their keys without overlapping;
-    the modebar's Autoscale shows the window's cells edge to edge, as Reset axes does (it padded a grey border)."""
+    """A box ten rows high on the 1,024-token map's 256 × 256 window is ~12 px: it selects those rows, not a band of
+    every row (Plotly's default select direction); the summed charts beside it label their keys without overlapping;
+    the modebar's Autoscale shows the window's cells edge to edge, as Reset axes does, with no grey border."""
     words = ("the attention of each token is a weighted sum over the values of every earlier token " * 64).split()
     visit(page, f"{base_url}/?text={quote(' '.join(words[:1020]))}")
     box_select(page, (100, 5), (110, 20))
@@ -1158,7 +1158,7 @@ def test_a_click_after_tokens_picked_by_name_explains_the_cell_as_the_share_link
 
 def test_the_focused_head_box_reads_the_label_of_the_variant_shown(page, base_url):
     """Head 4 of grouped-query attention ("head 4 · K/V group 1"), then multi-head attention picked in the sidebar:
-    the closed box reads "head 4" (it kept the K/V group of a variant no longer shown)."""
+    the closed box reads "head 4", not the K/V group of the variant shown before, and the URL keeps head 4."""
     visit(page, f"{base_url}/?variant=gqa&head=4")
     focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
     expect(focus).to_have_value("head 4 · K/V group 1")

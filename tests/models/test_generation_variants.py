@@ -295,8 +295,9 @@ def _without(cfg: dict, key: str) -> dict:
     ([1], "config must be a dict"),
 ])
 def test_a_config_that_cannot_build_a_working_model_is_refused_in_words_naming_the_key(cfg, said):
-    """Before, these built a model whose logits were NaN (a window of 0, -3, 2**63) or raised Python's own
-    KeyError, AssertionError or TypeError."""
+    """A config that cannot build a working model (a window of 0, -3, 2**63 or 2.5, K/V groups missing or that do not
+    divide the heads, a missing or indivisible width, a number of another type, not a dict) is a ValueError naming the
+    key, never a model whose logits are NaN or Python's own KeyError, AssertionError or TypeError."""
     with pytest.raises(ValueError, match=said):
         GPTModel(cfg)
 

@@ -120,8 +120,8 @@ def test_plain_shard_names_load(tmp_path, gpt2_state):
 
 @pytest.mark.parametrize("how", ["absolute", "parent", "subfolder-up", "subfolder"])
 def test_a_shard_outside_the_folder_is_refused_and_never_read(tmp_path, gpt2_state, how, monkeypatch):
-    """The index's text names a file by a path: absolute, ``../``, or through a subfolder. The file is a valid shard
-    (it loaded before), but only a plain file name in the checkpoint's own folder is a shard."""
+    """The index's text names a file by a path: absolute, ``../``, or through a subfolder. The file is a valid shard,
+    but only a plain file name in the checkpoint's own folder is a shard: refused, and never read."""
     from attnviz.models import loading
 
     outside = tmp_path / "elsewhere" / "model-00002-of-00002.safetensors"

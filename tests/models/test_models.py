@@ -520,7 +520,8 @@ def test_config_with_an_absurd_context_is_refused_before_anything_is_built(hf_sm
 @pytest.mark.parametrize("kind", ["hf-dir", "book-pth"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_weights_with_nan_or_inf_are_refused_naming_the_key(tmp_path, kind, value):
-    """A NaN LayerNorm loaded: the Heads page drew blank grey maps and the Induction lab raised 'All-NaN slice'."""
+    """A LayerNorm holding NaN or ∞ is refused when loaded, in a message naming its key (the file's, or the model's),
+    before any page draws blank maps from it or the Induction lab raises 'All-NaN slice'."""
     hf = make_hf(seed=1)  # not the module's hf_small: it is changed here
     with torch.no_grad():
         hf.transformer.h[1].ln_1.weight[3] = value
@@ -530,7 +531,8 @@ def test_weights_with_nan_or_inf_are_refused_naming_the_key(tmp_path, kind, valu
 
 
 def test_a_position_table_without_rows_is_refused(hf_small, tmp_path):
-    """A wpe of shape (0, d) loaded with context 0: every page said 'context_length must be between 1 and 1024'."""
+    """A wpe of shape (0, d) is refused when loaded, naming the key and saying the position table has no rows — not a
+    context_length of 0 that every page would call out of range."""
     state = hf_state(hf_small, prefix=False, lm_head=False)
     state["wpe.weight"] = torch.zeros(0, state["wpe.weight"].shape[1])
     safetensors_torch.save_file(state, tmp_path / "no-positions.safetensors")

@@ -704,10 +704,10 @@ def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_wh
     ({"num_heads": "4"}, "masked", "masked (−∞ above the diagonal)"),
 ])
 def test_a_stage_that_does_nothing_in_this_run_says_so_on_its_button_and_maps(query, stage, title):
-    """The masked map of a run without the mask read "masked (−∞ above the diagonal)" over a map without one −∞ (the
-    Steps page said "masked = scaled"); the dropped map of a class without dropout read "dropped = dropout(weights)"
-    (the diagram said "no dropout in this class"). The stage's button, the grid and the focused map say what ran, as
-    they say that the simplified class does not scale."""
+    """A stage that does nothing in this run says so, as the Steps page and the diagram do: the masked map of a run
+    without the mask reads "masked = scaled (causal mask off)", not "masked (−∞ above the diagonal)"; the dropped map
+    of a class without dropout, in eval mode or at p = 0 reads "dropped = weights (…)" with the reason.  The stage's
+    button, the grid and the focused map say what ran, as they say that the simplified class does not scale."""
     at = app(text="the cat sat on the mat", stage=stage, **query)
     no_exception(at)
     assert title in at.segmented_control(key="heads_stage").options

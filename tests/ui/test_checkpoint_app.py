@@ -170,8 +170,8 @@ def test_a_link_turning_the_biases_off_says_the_checkpoint_runs_with_its_own(che
 
 def test_every_setting_a_link_gives_that_a_checkpoint_does_not_run_is_named(checkpoints):
     """The link's variant, K/V groups, positions and window: a checkpoint runs the attention its file holds, and
-    one notice names all four (the variant alone was named; the other three left the URL silently). A GQA class picked
-    in the sidebar next, then the checkpoint again, names nothing: no link gave them."""
+    one notice names all four, and all four leave the URL.  A GQA class picked in the sidebar next, then the
+    checkpoint again, names nothing: no link gave them.  Compare, which runs the book's classes, ignores none."""
     at = app("pages/steps.py", weights=NAME, layer="1", variant="gqa", positions="rotary", num_kv_groups="2",
              sliding_window_size="2")
     no_exception(at)
@@ -191,8 +191,8 @@ def test_every_setting_a_link_gives_that_a_checkpoint_does_not_run_is_named(chec
 
 
 def test_weights_with_fewer_layers_picked_in_the_sidebar_start_at_layer_0_without_a_link_notice(checkpoints):
-    """Layer 2 of a 3-layer checkpoint, then the 2-layer bundled model picked in the sidebar: the sidebar said
-    "Ignored URL parameter layer='2' …" (with a link icon), a notice about a link the learner never followed."""
+    """Layer 2 of a 3-layer checkpoint, then the 2-layer bundled model picked in the sidebar: layer 0 of the bundled
+    model, and no "Ignored URL parameter layer='2' …", a notice about a link the learner never followed."""
     at = app(weights=NAME, layer="2", text="Hello world")
     no_exception(at)
     at.sidebar.selectbox(key="weights").set_value(weights.BUNDLED_NAME).run()

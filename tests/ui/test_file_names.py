@@ -56,8 +56,7 @@ def test_the_heads_map_of_a_checkpoint_names_its_layer_and_generates_names_start
 def test_the_heads_pages_downloads_share_one_scheme_and_the_trace_names_its_variant_and_layer(monkeypatch, query,
                                                                                                layer):
     """Page, layer, head, stage: the focused head's CSV is named as its map's picture, the why-this-weight charts
-    start as it does, and the sidebar's trace names its variant and layer (two traces no longer collide as
-    attnviz-trace.npz)."""
+    start as it does, and the sidebar's trace names its variant and layer, so two traces never share a name."""
     downloads = recorded_downloads(monkeypatch)
     names = download_names("app.py", **query)
     focused = f"attnviz-heads{layer}-head1-weights"

@@ -601,8 +601,8 @@ def test_the_cost_chart_fills_in_what_the_sidebar_leaves_open():
 ])
 def test_the_cost_charts_swa_line_says_its_window_and_which_layers_slide(query, label):
     """The SWA line's label names the window it draws (the model's own where it has one) and the layers that slide
-    for this model's layer count; a line whose every layer slides grows up to the window and is flat from it (the
-    axis started at 256 tokens, past the bundled model's window of 64: its line was flat from the start)."""
+    for this model's layer count; a line whose every layer slides grows over at least 2 lengths up to the window (the
+    axis starts below it) and is flat from it."""
     at = page(text=TEXT, **query)
     line = cost_lines(at, "KV cache of")["SWA"]
     assert line["label"] == label

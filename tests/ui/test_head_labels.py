@@ -186,7 +186,7 @@ NO_REPEATS = "no token repeats: paste the text twice to see induction heads"
 def test_the_bundled_model_names_its_induction_heads_on_a_sentence_written_twice():
     """The Heads page's hint (paste a text twice) works: layer 1's heads, induction heads in the Induction lab, are
     named, their score read at the six queries of the second copy whose token came earlier (the first copy's cannot
-    look after an earlier copy: over every row they scored 0.22 and 0.26)."""
+    look after an earlier copy: over every row they score 0.22 and 0.26)."""
     at = app(text=TWICE, weights="bundled model", layer="1")
     assert not at.exception, [e.value for e in at.exception]
     markdown = " ".join(m.value for m in at.markdown)

@@ -48,7 +48,7 @@ def grid_titles(at: AppTest) -> list[str]:
 
 def test_fewer_heads_than_the_focused_one_mark_head_0_in_the_grid():
     """Head 9 focused (a grid tile, a statistics row or the selectbox), then 4 heads: the focused head falls back to
-    head 0 and the grid marks head 0 too (it marked none: the mark went to a head the run does not have)."""
+    head 0 and the grid marks head 0 too, not a head the run does not have."""
     at = app(num_heads="12")
     at.selectbox(key="heads_focus").set_value(9).run()
     assert "▶ head 9" in grid_titles(at)
@@ -86,8 +86,8 @@ def test_a_focused_map_drawn_again_is_a_new_widget_that_holds_no_old_selection()
 
 def test_the_focused_head_box_reads_the_label_of_the_variant_shown():
     """Grouped-query heads are labelled with their K/V group ("head 4 · K/V group 1"); picked there, head 4 stays
-    focused under another variant, and the closed box reads that variant's label (it kept "head 4 · K/V group 1" over
-    multi-head attention, and over MLA), in the URL as before; a rerun that changes no label keeps the pick."""
+    focused under another variant, and the closed box reads that variant's label, not "head 4 · K/V group 1" over
+    multi-head attention or MLA; the URL keeps head 4; a rerun that changes no label keeps the pick."""
     at = app(variant="gqa")
     shown = ShownLabels(at)
     shown.pick(at, "heads_focus", 4)

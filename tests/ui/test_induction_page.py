@@ -168,8 +168,8 @@ def test_the_bundled_model_opens_on_the_head_the_lab_names_and_the_layer_is_pick
 
 def test_the_layer_and_head_boxes_read_the_scores_of_the_t_they_show():
     """Each Layer and Head option carries its best induction score ("layer 1 · 0.74"). A new T or seed changes the
-    scores: the closed boxes read the new ones, as the grid and the open lists do (the browser kept the old label in
-    the box: "layer 1 · 0.74" over T = 10's 0.71). A layer picked by the user stays picked, with its new label, and in
+    scores: the closed boxes read the new ones, as the grid and the open lists do, never the label of the scores
+    before ("layer 1 · 0.74" over T = 10's 0.71). A layer picked by the user stays picked, with its new label, and in
     the URL; a rerun that changes no score keeps it too."""
     at = lab(weights="bundled model")
     shown = ShownLabels(at)

@@ -28,9 +28,10 @@ def app(page: str | None = None, **query) -> AppTest:
 
 
 def test_the_tokens_page_with_rotary_positions_draws_the_input_once_and_says_why_and_learned_positions_all_three():
-    """Rotary positions add no vector to the input: the page drew a blank "positional embedding" chart and still
-    said "token + position = input", and two identical maps, "token embedding" and "input = token", under "Both use
-    the same colour scale, so they can be compared cell by cell"."""
+    """Rotary positions add no vector to the input: the page draws one map, "input = token embedding", with no
+    "positional embedding" chart and no "Both use the same colour scale … compared cell by cell", and says that the
+    token embedding and the input are the same matrix and where rotary turns q and k.  Learned positions draw all
+    three maps on one colour scale."""
 
     at = app("pages/tokens.py", **RUNS["mha_rotary"])
     no_exception(at)

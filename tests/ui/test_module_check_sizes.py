@@ -28,7 +28,8 @@ NANOCHAT_STYLE = textwrap.dedent('''
 
 def test_the_check_panel_and_the_cli_give_a_module_the_same_sizes_and_verdict(tmp_path, monkeypatch, capsys):
     """The kv-cache rule reads num_kv_groups from the sizes the module was built with (it keeps them as
-    ``n_kv_head``): the panel passed none, so it passed a cache the terminal fails."""
+    ``n_kv_head``): the panel passes them as the terminal does, so both fail the cache that holds every query head,
+    with the same results for every rule."""
     path = tmp_path / "nanochat_style.py"
     path.write_text(NANOCHAT_STYLE)
     monkeypatch.setenv(user_code.ENV, f"{path}:RepeatedKVCache")
@@ -48,8 +49,8 @@ def test_the_check_panel_and_the_cli_give_a_module_the_same_sizes_and_verdict(tm
 
 
 def test_the_check_panel_runs_a_module_on_the_width_it_was_built_with(monkeypatch):
-    """EinsumProjections(d_model=64) projects with einsum; its only nn.Linear, the output's, takes 128: the app fed it
-    a 128-wide input and showed the forward's shape error instead of its maps and Check panel."""
+    """EinsumProjections(d_model=64) projects with einsum; its only nn.Linear, the output's, takes 128: the app feeds
+    it the 64-wide input it was built for, shows no error of its forward, and its Check panel fails no rule."""
     monkeypatch.setenv(user_code.ENV, f"{ROOT / 'tests' / 'helpers' / 'user_modules.py'}:EinsumProjections")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     for key, value in {"variant": "Your module: EinsumProjections", "d_in": "64", "num_heads": "8"}.items():

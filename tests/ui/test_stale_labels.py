@@ -1,6 +1,6 @@
 """Sliders whose option labels are the text's tokens ("3: ·with"): after a new text, each reads its value's label of
-the new text — the Pitfall lab's perturbed token and a model's "After position" — where the browser showed a label
-of the old text, or the slider's first option (:class:`helpers.apptest.ShownLabels` says what the browser shows)."""
+the new text — the Pitfall lab's perturbed token and a model's "After position" — never a label of the old text or
+the slider's first option (:class:`helpers.apptest.ShownLabels` says what the browser shows)."""
 
 from __future__ import annotations
 

@@ -86,8 +86,9 @@ def test_url_heads_that_do_not_divide_d_out_are_ignored_with_the_heads_used():
 
 
 def test_url_sizes_that_are_no_presets_show_the_custom_size():
-    """A link with its own sizes (``?d_in=1&d_out=1&num_heads=1``) named no preset, yet the sidebar's Model size said
-    "GPT-2 small (768, 12 heads)" above d_in 1: the size is custom, as when the sizes are edited in the sidebar."""
+    """A link with its own sizes (``?d_in=1&d_out=1&num_heads=1``) that are no preset's gives the custom size, as
+    when the sizes are edited in the sidebar, never "GPT-2 small (768, 12 heads)" above d_in 1; a preset's own sizes
+    give that preset."""
     assert ui.settings_from_query({"d_in": "1", "d_out": "1", "num_heads": "1"})[0]["preset"] == "custom"
     assert ui.settings_from_query({"d_out": "10"})[0]["preset"] == "custom"  # the heads fall back to 10 too
     assert ui.settings_from_query({"preset": "gpt2-medium", "num_heads": "8"})[0]["preset"] == "custom"

@@ -419,8 +419,8 @@ def test_the_check_panels_command_runs_for_a_module_that_does_not_say_its_width(
 
 def test_the_check_panels_command_checks_a_class_without_a_constructor_at_the_apps_width(capsys, monkeypatch):
     """A weightless class that keeps nn.Module's own ``__init__`` is built with no arguments in both; the command
-    gives the app's --d-in, so the terminal checks the width the panel checked and gets its results (it gave none:
-    the panel checked 768 wide, where the scaled softmax saturates, and the terminal 16 wide)."""
+    gives the app's --d-in, so the terminal checks the width the panel checked, 768 (where the scaled softmax
+    saturates), and gets its results."""
     from attnviz import cli
 
     monkeypatch.setenv(user_code.ENV, f"{MODULES}:WeightlessScaled")
@@ -515,9 +515,10 @@ def test_a_module_that_raises_after_one_that_passed_shows_no_verdict_of_the_one_
 
 
 def test_a_mask_filled_with_0_is_drawn_and_explained_as_the_module_ran_it(monkeypatch):
-    """A module that asks for the causal mask and fills the future with 0 (not −∞) was drawn as if masked: the grid
-    and the focused map grey above the diagonal, "causal mask" in the caption, "masked (−∞ above the diagonal)" on
-    the stage button — and its cell (0, 3) explained from a score its softmax never took."""
+    """A module that asks for the causal mask and fills the future with 0 (not −∞) is drawn as it ran: the caption
+    says the mask was asked and the weights reach the future, the stage button says no later key is hidden (no −∞),
+    the focused map and every grid tile draw every cell — and its cell (0, 3) is explained from the 0 its softmax
+    took."""
     from helpers.apptest import decode, figure
     from helpers.maps import cells_shown, images, pixels
 

@@ -685,8 +685,8 @@ def test_flow_breaks_no_word_in_two(variant):
 
 @pytest.mark.parametrize("variant", ["mha", "gqa", "mqa", "swa"])
 def test_flow_offers_no_break_inside_a_rotary_stage_name(variant):
-    """"rotated_queries" and "rotated_keys" carried a break after the underscore (``_<wbr>``), so their boxes shrank to
-    "rotated_" and broke there even where the whole name fits; every other name is one unbreakable word."""
+    """"rotated_queries" and "rotated_keys" are one unbreakable word each, as every other name is: no break after the
+    underscore (``_<wbr>``), where a box would shrink to "rotated_" even where the whole name fits."""
     config = grouped(variant, "rotary") if variant in ("gqa", "mqa") else small(variant, positions="rotary")
     markup = diagram.shape_flow_html(traced(config).shapes, config)
     names = re.findall(r"<b>(.*?)</b>", markup)

@@ -60,8 +60,8 @@ def test_products_figure_has_one_bar_per_dimension_that_add_up_to_the_score(vari
 
 
 def test_bar_colours_are_colour_strings(hostile_trace):
-    """plotly.js warns, with a stack trace, once a bar for a numeric colour array on a bar trace: a click's products
-    chart printed 64 of them.  Every bar trace's colours are strings."""
+    """plotly.js warns, with a stack trace, once a bar for a numeric colour array on a bar trace: every bar trace's
+    colours — the products', the row's and the sums' — are colour strings, with no colour scale."""
     explanation = explain_weight(hostile_trace, 1, 9, 4)
     sums = attention_sums(hostile_trace, 3, queries=[5, 7], keys=[1])
     figures = [products_figure(explanation), row_softmax_figure(explanation, hostile_trace.tokens),
@@ -116,7 +116,7 @@ def test_the_products_names_never_overlap_at_the_panels_width(head_dim):
     """At every head_dim the app draws, the bar names of the largest products stay apart on the panel beside the map
     (explain_figures.PANEL_PX): a name that would overlap a larger product's on the same side is left out, the largest
     is always named, and the hover still names every bar.  Hand-made products put the five largest side by side (d89 …
-    d93 at head_dim 128 were drawn on top of each other)."""
+    d93 at head_dim 128)."""
     trace = pipeline.run("The cat sat on the mat because it was warm",
                          AttentionConfig(variant="mha", d_in=16, d_out=2 * head_dim, num_heads=2, seed=1))
     explanation = explain_weight(trace, 0, 8, 3)
@@ -193,8 +193,8 @@ def visible_lines(title: str) -> list[str]:
 def test_the_titles_break_into_lines_the_panel_beside_the_map_holds():
     """Plotly does not wrap a title: the explanation's long lines (the softmax's formula, the mask's reason, the
     selected tokens) and the titles over its panels come broken at spaces into lines that fit the panel's width in
-    pixels (one rule for all: the panel titles were cut at 24 characters, two lines where the panel holds one), all
-    words kept; the axis titles, centred under their plots, lie inside the panel."""
+    pixels (one rule for all, not a count of characters), all words kept; the axis titles, centred under their plots,
+    lie inside the panel."""
     text = "Your journey starts with one step and then another step and many more steps on the long road ahead"
     trace = pipeline.run(text, AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
     masked, seen = explain_weight(trace, 1, 2, 9), explain_weight(trace, 1, 9, 2)
@@ -277,7 +277,7 @@ def test_a_1024_token_row_uses_numeric_positions_and_few_ticks():
 @pytest.mark.parametrize("n", [8, 256, 1024])
 def test_a_panels_key_labels_fit_beside_each_other_in_the_panel(n):
     """The panel beside the focused map has a plot area of ~170 px: its turned token labels are as many as that
-    holds side by side (256 of them overlapped into a grey strip), evenly spaced, and a short row keeps every one."""
+    holds side by side (not 256 overlapping into a grey strip), evenly spaced, and a short row keeps every one."""
     tokens = [f"t{i}" for i in range(n)]
     axis = explain_figures._token_axis(tokens, n)
     shown, plot_px = len(axis["tickvals"]), explain_figures.PANEL_PLOT_PX  # the panel's plot area

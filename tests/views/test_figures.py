@@ -373,7 +373,7 @@ def test_a_narrow_map_has_as_many_key_labels_as_its_width_holds_and_can_leave_it
 
 
 def test_a_map_with_its_colour_bar_below_gives_the_cells_the_bars_width():
-    """The Steps page's cards are 330 px wide: a colour bar beside the map took 100 px of them; under the map, across
+    """The Steps page's cards are 330 px wide: a colour bar beside the map takes 100 px of them; under the map, across
     its width, it leaves them to the cells, and the bottom margin holds it above the legend."""
     tokens, matrix = ["Your", "·journey", "·starts", "·with", "·one", "·step"], np.tril(np.full((6, 6), 0.5))
     beside = figures.attention_heatmap(matrix, tokens, width=steps.PAIR_WIDTH)

@@ -53,8 +53,8 @@ def test_rows_figure_hover_names_every_key_by_its_tick_not_by_a_string_per_cell(
 
 def test_rows_figure_labels_only_as_many_keys_and_queries_as_fit():
     """A map at its narrowest (640 px: the page's ~690 px beside the sidebar in a 1,100 px window) labels at
-    most as many keys as fit side by side turned upright, and at most as many queries as fit the plot's height: labels
-    a few pixels apart overlapped into a block."""
+    most as many keys as fit side by side turned upright, and at most as many queries as fit the plot's height (labels
+    a few pixels apart would overlap into a block); the bottom margin holds the keys' labels."""
     n_keys, steps = 300, 100
     z = generation_figures.new_rows([np.full(n_keys - steps + j + 1, 0.01) for j in range(steps)], n_keys)
     keys = [f"{i}:·appointments" for i in range(n_keys)]  # 16 characters and more

@@ -13,7 +13,8 @@ def colour_span(delta: np.ndarray) -> tuple[float, float]:
 
 
 def test_negligible_changes_are_drawn_pale():
-    """A random model: every head changes the loss by thousandths; the grid drew +0.004 in the deepest red."""
+    """A random model: every head changes the loss by thousandths, and the grid's colour span is at least ±0.1, so
+    +0.004 is drawn nearly white, not in the deepest red."""
     delta = np.array([[0.004, -0.002], [0.001, 0.0]])
     zmin, zmax = colour_span(delta)
     assert zmin == -zmax and zmax >= 0.1

@@ -189,8 +189,8 @@ def test_every_title_starts_under_the_modebars_row_in_a_top_margin_that_holds_it
 
 def _fixed_height_figures() -> list:
     """(name, figure, plot height in px) of every builder that sets its figure's height itself, not from what it draws:
-    the plot each had when its title sat in the modebar's row (its height less its margins then: the loss curve's
-    320 − 50 − 84, the overview's 300 − 40 − 10, the benchmark bars' 360 − 60 − 84, …)."""
+    the height it sets less the margins it has without a title row (the loss curve's 320 − 50 − 84, the overview's
+    300 − 40 − 10, the benchmark bars' 360 − 60 − 84, …)."""
     from attnviz import ablation
     from attnviz.labs.implementations import Row
     from attnviz.views import intervention_figures, saturation
@@ -217,7 +217,7 @@ def _fixed_height_figures() -> list:
 
 def test_a_chart_of_a_fixed_height_grows_by_its_title_row_and_keeps_its_plot():
     """A title under the modebar's row takes a taller top margin: a chart whose height is set, not drawn from its
-    content, adds that margin to its height (margins.height), so its plot keeps the height it had before."""
+    content, adds that margin to its height (margins.height), so its plot is as tall as without the title row."""
     built = _fixed_height_figures()
     plots = {name: fig.layout.height - fig.layout.margin.t - fig.layout.margin.b for name, fig, _ in built}
     assert plots == {name: plot_px for name, _, plot_px in built}

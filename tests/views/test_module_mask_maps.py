@@ -61,8 +61,9 @@ def test_a_module_that_masks_the_future_is_drawn_as_before():
 
 
 def test_why_this_weight_adds_up_from_what_the_softmax_took():
-    """Query 0 → key 3 was explained as exp(scaled score) ÷ Σ exp(scaled): numbers the module's softmax never saw
-    (its mask set the score to 0), beside a weight the map drew as masked."""
+    """Query 0 → key 3, whose score the module's mask set to 0: the weight is explained as exp(0) ÷ Σ exp(softmax
+    input), from the numbers the softmax took (not the scaled scores it never saw), the cell is not called masked,
+    and a note names the mask that sets the future to 0, not −∞."""
     trace = traced(um.ZeroFilledMask)
     why = explain_weight(trace, 0, 0, 3)
     row = trace.steps["masked"][0, 0, 0].astype(np.float64)  # (n,) what the softmax took

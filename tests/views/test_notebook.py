@@ -96,8 +96,8 @@ class _Shell:
 
 @pytest.mark.parametrize("shell", [None, _Shell(None)], ids=["plain python", "ipython in a terminal"])
 def test_show_outside_a_kernel_says_it_draws_in_jupyter_in_one_line(shell, monkeypatch):
-    """In plain Python with IPython installed, show printed the HTML object's and every figure's repr (hundreds of
-    lines of base64 and layout)."""
+    """In plain Python with IPython installed, show displays nothing (no repr of the HTML object or of every figure)
+    and raises an InputError in one line saying it draws in Jupyter and pointing to figures_of(trace)."""
     pytest.importorskip("IPython")
     import IPython
     import IPython.display
@@ -162,8 +162,8 @@ def test_show_traces_a_module_on_a_text_then_displays_its_heads(monkeypatch):
 
 
 def test_a_traces_second_argument_is_the_stage_it_shows(monkeypatch):
-    """``attnviz.show(trace, "scores")`` drew the weights: the stage was keyword-only, and the string went to
-    ``text``, which a Trace does not use."""
+    """``attnviz.show(trace, "scores")`` shows the scores: the second argument is the stage; a text there, which a
+    Trace does not use, or a stage named twice is an InputError."""
     pytest.importorskip("IPython")
     import IPython
     import IPython.display
