@@ -233,9 +233,11 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
     link typed into the address bar: :func:`keep_page_params`): each page widget in ``widgets`` — its key -> (its URL
     parameter, the parser of that parameter's value, what the page shows instead of a refused one) — takes the URL's
     value, and one the URL leaves out the page's default.  A value the parser refuses (a ValueError, whose text says
-    why in words) leaves the widget as it is and leaves the URL, and the page's notice (:func:`page_param_notice`)
-    says so in the words of ``urlstate.ignored``: ``Ignored URL parameter head='9': it is out of range (this layer's 4
-    heads: 0 … 3); showing head 0.``  A value the parser takes in part (a ``urlstate.PartlyUsedError``: a list naming
+    why in words) leaves the URL, the widget shows the page's default, and the page's notice
+    (:func:`page_param_notice`) says so in the words of ``urlstate.ignored``: ``Ignored URL parameter head='9': it is
+    out of range (this layer's 4 heads: 0 … 3); showing head 0.`` — also on an entry of the history reached from a
+    view of another head, whose head the widget held.  A notice is about the URL read: a later entry's value, or its
+    default, takes it away.  A value the parser takes in part (a ``urlstate.PartlyUsedError``: a list naming
     some heads the model lacks) is not ignored: it gives the widget the part it takes, and the notice names the rest:
     ``The link's knockout='L0H0,L9H9' names 'L9H9', which is not a head of this model (…): knocking out L0H0 only.``
     A parameter the link repeats gives its last value (the sidebar names the others)."""
@@ -249,6 +251,8 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
         if not first and url not in outside:
             continue
         outside.discard(url)
+        st.session_state.pop(page_param_notice(key), None)  # about another URL's value: not this view's
+        st.session_state.pop(_refused_key(key), None)
         raw = st.query_params.get(url)
         if raw is None:
             if not first:  # the entry's page showed its default here: page_bind sets it again
@@ -260,6 +264,7 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
             st.session_state[key] = exc.kept
             st.session_state[page_param_notice(key)] = f"The link's {url}={clipped(raw)!r} {exc}: {exc.instead}."
         except ValueError as exc:
+            st.session_state.pop(key, None)  # the page's default, which the notice names: page_bind sets it
             st.session_state[page_param_notice(key)] = ignored([(url, raw)], f"it {exc}; {instead}.")
             st.session_state[_refused_key(key)] = str(raw)
             del st.query_params[url]  # ignored, so not the URL's: a page that draws no widget for it leaves it too

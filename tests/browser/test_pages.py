@@ -239,6 +239,38 @@ def test_back_after_a_change_on_the_page_shows_the_view_before_it_in_one_press(p
     assert query(page)["head"] == "3"
 
 
+def test_back_and_forward_over_a_refused_value_show_what_its_notice_says(page, base_url):
+    """A link's ``head=99`` on a 12-head model: the notice says "showing head 0" and head 0 shows.  After head 2 is
+    picked, the link's entry reached from head 2 in one jump (the Back button's menu) shows head 0 again, where the
+    page kept head 2 — also in the URL — under a notice saying head 0; Forward to head 2's entry shows head 2 and the
+    notice, about the refused value, goes, where it stayed above head 2."""
+    visit(page, f"{base_url}/?text=Every%20cat%20loves%20warm%20milk&head=99")
+    main = page.get_by_test_id("stMain")
+    focus = main.get_by_role("combobox", name="Focused head")
+    notice = main.get_by_test_id("stAlert").filter(has_text="head='99'")
+    expect(notice).to_contain_text("showing head 0")
+    expect(focus).to_have_value("head 0")
+    before = runs(page)
+    choose_option(page, focus, "head 2")
+    wait_idle(page, after=before)
+    expect(notice).to_have_count(0)
+    before = runs(page)
+    page.evaluate("history.go(-2)")  # from head 2 straight to the link's entry
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(notice).to_contain_text("showing head 0")
+    expect(focus).to_have_value("head 0")
+    assert "head" not in query(page)
+    for _ in range(2):  # the entry the refusal wrote, then head 2's
+        before = runs(page)
+        page.go_forward()
+        wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(focus).to_have_value("head 2")
+    assert query(page)["head"] == "2"
+    expect(notice).to_have_count(0)
+
+
 @pytest.mark.parametrize(("link", "title"), [
     ("/?head=2", "Attention heads"),
     ("/", "Attention heads"),

@@ -731,7 +731,10 @@ def test_a_knockout_link_naming_no_head_of_the_model_gives_a_notice_and_the_labs
 def test_an_entry_of_the_browsers_history_shows_the_view_it_was():
     """Back to an entry the page wrote before: the URL's own parameters differ from what the page's last run left,
     so the page reads them as a link's — head 3 back to head 0 (the entry left head out: the default).  Before, the
-    session's head 3 stayed and the URL was written over, so Back seemed to do nothing."""
+    session's head 3 stayed and the URL was written over, so Back seemed to do nothing.  An entry whose value the page
+    refuses (the session's link, ``head=99``, reached from head 3: the browser's Back menu jumps over the entries
+    between) shows head 0, which its notice names, not the session's head 3; the next entry's head 3 shows head 3,
+    and the notice, about the refused value, goes."""
     at = open_app(num_heads="4")
     at.selectbox(key="heads_focus").set_value(3).run()
     at.segmented_control(key="heads_stage").set_value("scores").run()
@@ -741,6 +744,14 @@ def test_an_entry_of_the_browsers_history_shows_the_view_it_was():
     no_exception(at)
     assert at.segmented_control(key="heads_stage").value == "weights" and url(at, "stage") is None
     assert at.selectbox(key="heads_focus").value == 3 and url(at, "head") == "3"
+    at.query_params["head"] = "99"
+    at.run()
+    no_exception(at)
+    assert "head='99'" in main_warnings(at) and "showing head 0" in main_warnings(at)
+    assert at.selectbox(key="heads_focus").value == 0 and url(at, "head") is None
+    at.query_params["head"] = "3"  # Forward
+    at.run()
+    assert at.selectbox(key="heads_focus").value == 3 and "head='99'" not in main_warnings(at)
 
 
 def test_an_entry_of_another_page_after_a_reload_shows_that_pages_view():
