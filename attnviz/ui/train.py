@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import secrets
 
 import streamlit as st
@@ -25,17 +26,16 @@ from attnviz.ui.frame import plotly_config
 from attnviz.ui.memory import freeze_training_imports, in_training_heap
 from attnviz.ui.share import own_link, share_and_export
 from attnviz.ui.state import page_bind, page_widgets_from_url, url_notices
-from attnviz.urlstate import TRAIN_SEED, TRAIN_STEPS, OutOfRangeError, parse_number
+from attnviz.urlstate import TRAIN_SEED, TRAIN_STEPS, parse_number
 from attnviz.views import head_figures
+from attnviz.words import clipped, markdown_escape
 
 POLL_SECONDS = 1.0
 MAX_TRAININGS_ENV = "ATTNVIZ_MAX_TRAININGS"
 MAX_CURVE_POINTS = 800  # loss points drawn (the mean is computed over every step)
-# the whole numbers the steps and seed boxes hold, either sign: JavaScript's Number.MAX_SAFE_INTEGER, the largest whole
-# number a browser's number holds exactly, which Streamlit bounds a whole-number box by anyway; given as the box's own
-# min_value/max_value, so that the browser's message on a number past it names the range, where Streamlit's for a box
-# given no bounds says only "Number is above the allowed range." (and the box keeps its last number)
-BOX_LIMIT = 2**53 - 1
+# the characters the steps and seed boxes hold: text boxes, which send the server whatever they show (a number box keeps
+# a number past its bounds, or past 2**53, in view while it sends nothing, and Start would train the box's last number)
+BOX_CHARS = 24
 
 
 def max_trainings() -> int:
@@ -118,17 +118,17 @@ def ended_run() -> live_train.TrainedRun | None:
 def controls() -> None:
     """Steps and seed, Start and Stop; a refused start says why.  The steps and seed follow the URL (``train_steps``,
     ``train_seed``: read on a session's first visit, a page default left out) and the sidebar's Share link, drawn once
-    they are bound, names both — a number out of range too, which a link reopens as the box showed it, Start disabled
-    saying why (:func:`_link_number`)."""
+    they are bound, names both.  Each box is a text box, so the server gets what it shows, and Start trains what the
+    boxes show or nothing: anything but a whole number in range disables it, and the page's warning names the box and
+    why (a link reopens such a text as the box showed it: :func:`_link_text`)."""
     recommended = int(live_train.RECOMMENDED["steps"])
     cfg = live_train.page_config()
     link = share_and_export(None, link=False)
+    steps_range, seed_range = (live_train.MIN_STEPS, live_train.MAX_STEPS), (0, live_train.MAX_SEED)
     page_widgets_from_url("train", {
-        "train_steps": (TRAIN_STEPS, functools.partial(
-            _link_number, low=live_train.MIN_STEPS, high=live_train.MAX_STEPS, what="training steps"),
-            f"training {recommended:,} steps"),
-        "train_seed": (TRAIN_SEED, functools.partial(_link_number, low=0, high=live_train.MAX_SEED,
-                                                     what="training seeds"), "seed 0"),
+        "train_steps": (TRAIN_STEPS, functools.partial(_link_text, bounds=steps_range, what="training steps"),
+                        f"training {recommended:,} steps"),
+        "train_seed": (TRAIN_SEED, functools.partial(_link_text, bounds=seed_range, what="training seeds"), "seed 0"),
     })
     url_notices("train_steps", "train_seed")
     job = current_job()
@@ -137,60 +137,90 @@ def controls() -> None:
     job_board().reap()  # ended jobs of closed tabs (and the models they hold) are dropped
     running = job is not None and job.running
     steps_col, seed_col, start_col, stop_col = st.columns([2, 2, 1, 1], vertical_alignment="bottom")
-    steps_range, seed_range = (live_train.MIN_STEPS, live_train.MAX_STEPS), (0, live_train.MAX_SEED)
-    steps = steps_col.number_input(  # the box's bounds, not the training's: one out of that range is kept and shown
-        "Training steps", step=100, min_value=-BOX_LIMIT, max_value=BOX_LIMIT,
+    steps = steps_col.text_input(
+        "Training steps", max_chars=BOX_CHARS, placeholder=f"a whole number, {_span(steps_range)}",
         help=f"{_span(steps_range)}. Each step trains on one batch of {cfg.batch_size} repeated random sequences of "
              f"{cfg.seq_len} tokens. {recommended} (the default): the induction head forms around steps 250–300 for "
              "seeds 0–9, about 35–40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token "
              "heads.",
-        **page_bind("train_steps", recommended, _whole, url=TRAIN_STEPS))
-    seed = seed_col.number_input(
-        "Seed", step=1, min_value=-BOX_LIMIT, max_value=BOX_LIMIT,
+        **_box_bind("train_steps", recommended, TRAIN_STEPS))
+    seed = seed_col.text_input(
+        "Seed", max_chars=BOX_CHARS, placeholder=f"a whole number, {_span(seed_range)}",
         help=f"{_span(seed_range)}. Decides the initial weights and the order of the data: the same seed gives the "
              "same run.",
-        **page_bind("train_seed", 0, _whole, url=TRAIN_SEED))
-    own_link(link, {TRAIN_STEPS: str(steps), TRAIN_SEED: str(seed)}, model_left_out(),
+        **_box_bind("train_seed", 0, TRAIN_SEED))
+    own_link(link, {TRAIN_STEPS: steps, TRAIN_SEED: seed}, model_left_out(),
              warn=ended_run() is not None)  # a model trained here: the link does not hold it
-    outside = [f"{what} {value:,} is outside {_span(bounds)}" for what, value, bounds in (
-        ("Training steps", steps, steps_range), ("Seed", seed, seed_range)) if not bounds[0] <= value <= bounds[1]]
+    refused = [problem for problem in (_box_problem("Training steps", steps, steps_range),
+                                       _box_problem("Seed", seed, seed_range)) if problem is not None]
     training = running and not job.stopping  # a stopped one ending its step: Start waits for it (_start)
     start = start_col.button("Start training", key="train_start", type="primary", icon=":material/play_arrow:",
-                             disabled=bool(outside) or training,
+                             disabled=bool(refused) or training,
                              help="A training is running in this tab: Stop it, or wait for it to end, to start another."
                              if training else None)
     stop_col.button("Stop", key="train_stop", disabled=not running, icon=":material/stop:",
                     on_click=_stop, help="Stops after the current step; the model trained so far is kept.")
-    if outside:  # Start trains what the boxes show, or nothing
-        each = "the box holds a number in that range" if len(outside) == 1 else "each box holds a number in its range"
-        st.warning(f"{'; '.join(outside)}: Start trains nothing until {each}.", icon=":material/block:")
+    if refused:  # Start trains what the boxes show, or nothing
+        each = "the box holds a number in that range" if len(refused) == 1 else "each box holds a number in its range"
+        st.warning(markdown_escape(f"{'; '.join(refused)}: Start trains nothing until {each}."),
+                   icon=":material/block:")
     elif start:
-        _start(int(steps), int(seed))
+        _start(_box_number(steps), _box_number(seed))
 
 
-def _whole(value) -> bool:
-    """A value the steps and seed boxes keep: any whole number a box holds (one out of range is kept, shown and not
-    trained)."""
-    return isinstance(value, int) and not isinstance(value, bool) and -BOX_LIMIT <= value <= BOX_LIMIT
+def _box_number(text: str) -> int | None:
+    """The whole number a box's text writes — digits, a sign in front, thousands set apart by commas, underscores or
+    spaces (``1,500``) —, or None."""
+    digits = re.sub(r"[,_ ]", "", text.strip())
+    return int(digits) if re.fullmatch(r"[+-]?[0-9]+", digits) else None
 
 
-def _link_number(raw: str, low: int, high: int, what: str) -> int:
-    """A link's steps or seed: any whole number a box holds, as the box keeps one typed there — one outside ``low`` …
-    ``high`` is shown with Start disabled and the page's warning, so a link the page wrote (its URL, its Share link)
-    reopens the view it showed; anything else a ValueError in ``urlstate.parse_number``'s words, naming ``low`` …
-    ``high``."""
-    try:
-        return parse_number(raw, low, high, what=what)
-    except OutOfRangeError as refused:
-        try:
-            return parse_number(raw, -BOX_LIMIT, BOX_LIMIT, what=what)
-        except ValueError:
-            raise refused from None
+def _box_problem(label: str, text: str, bounds: tuple[int, int]) -> str | None:
+    """Why Start does not train the box ``label``'s ``text`` ("Training steps 99,999 is outside 10 … 6,000"), or None
+    for a whole number in ``bounds``."""
+    number = _box_number(text)
+    if number is None:
+        what = "is empty" if not text.strip() else f"{clipped(text)!r} is not a whole number"
+        return f"{label} {what} ({_span(bounds)})"
+    if not bounds[0] <= number <= bounds[1]:
+        return f"{label} {number:,} is outside {_span(bounds)}"
+    return None
+
+
+def _box_text(value) -> bool:
+    """A value the steps and seed boxes keep: a text they hold."""
+    return isinstance(value, str) and len(value) <= BOX_CHARS
+
+
+def _box_bind(key: str, default: int, url: str) -> dict:
+    """A steps or seed box's keyword arguments: :func:`attnviz.ui.state.page_bind`'s, with ``default`` as its text and
+    an ``on_change`` that first writes a whole number the way the URL and the link hold it (``1,500`` as ``1500``)."""
+    bound = page_bind(key, str(default), _box_text, url=url)
+    return {**bound, "on_change": _tidied, "args": (bound["on_change"], *bound["args"])}
+
+
+def _tidied(changed, key: str, *args) -> None:
+    number = _box_number(st.session_state[key])
+    if number is not None:
+        st.session_state[key] = str(number)
+    changed(key, *args)
 
 
 def _span(bounds: tuple[int, int]) -> str:
     """A box's range in words: "10 … 6,000"."""
     return f"{bounds[0]:,} … {bounds[1]:,}"
+
+
+def _link_text(raw: str, bounds: tuple[int, int], what: str) -> str:
+    """A link's steps or seed: any text a box holds (a whole number written as the URL holds one), as the box keeps
+    one typed there — anything but a whole number in ``bounds`` is shown with Start disabled and the page's warning,
+    so a link the page wrote (its URL, its Share link) reopens the view it showed; a longer one, or one with a
+    character a box does not show (a line break), a ValueError in ``urlstate.parse_number``'s words, naming
+    ``bounds``."""
+    if len(raw) <= BOX_CHARS and raw.isprintable():
+        number = _box_number(raw)
+        return raw if number is None else str(number)
+    return str(parse_number(raw, *bounds, what=what))
 
 
 def model_left_out() -> str:

@@ -789,19 +789,20 @@ def test_a_labs_head_left_at_its_default_follows_the_best_head_of_a_new_t_and_se
 def test_the_train_pages_share_link_carries_its_steps_and_seed_and_says_it_holds_no_model():
     """The Train page's own settings are in its URL and its Share link — its steps and seed, named also at their
     defaults, and none of the attention settings, which do not apply to it — and a link opens them; the link says it
-    holds no trained model.  They stay on their page.  A number out of range stays in its box, and Start trains
-    nothing, saying why (the browser would otherwise keep, and Start train, the last number in range); the URL and
-    the Share link hold it too, and reopen the page as it was: the numbers typed, Start disabled with the same
-    warning, no notice about the link."""
+    holds no trained model.  They stay on their page.  The boxes are text boxes, which send what they show: a number
+    out of range stays in its box, and Start trains nothing, saying why (a number box would keep, and Start train, its
+    last number in range); the URL and the Share link hold it too, written as a number (``99,999`` as ``99999``), and
+    reopen the page as it was: the numbers, Start disabled with the same warning, no notice about the link.  So does a
+    number past what a browser's number holds (2**53), and a text that is no number."""
     at = open_app("pages/train.py", train_steps="500", train_seed="3", num_heads="4")
     no_exception(at)
-    assert at.number_input(key="train_steps").value == 500 and at.number_input(key="train_seed").value == 3
+    assert at.text_input(key="train_steps").value == "500" and at.text_input(key="train_seed").value == "3"
     assert link_query(at) == {"train_steps": "500", "train_seed": "3"}
     assert any("holds no trained model" in caption.value for caption in at.sidebar.caption)
-    at.number_input(key="train_seed").set_value(4).run()
+    at.text_input(key="train_seed").input("4").run()
     assert url(at, "train_seed") == "4" and link_query(at)["train_seed"] == "4"
-    at.number_input(key="train_steps").set_value(99_999)  # out of range: the boxes keep them, Start trains nothing
-    at.number_input(key="train_seed").set_value(-1)
+    at.text_input(key="train_steps").input("99,999")  # out of range: the boxes keep them, Start trains nothing
+    at.text_input(key="train_seed").input("-1")
     at.button(key="train_start").click().run()
     no_exception(at)
     refused = ("Training steps 99,999 is outside 10 … 6,000; Seed -1 is outside 0 … 2,147,483,647: Start trains "
@@ -811,17 +812,25 @@ def test_the_train_pages_share_link_carries_its_steps_and_seed_and_says_it_holds
     # the link written, reopened in a new session: the same view, no notice
     for view in (at, reload(at).switch_page("pages/train.py").run()):
         no_exception(view)
-        assert (view.number_input(key="train_steps").value, view.number_input(key="train_seed").value) == (99_999, -1)
+        assert (view.text_input(key="train_steps").value, view.text_input(key="train_seed").value) == ("99999", "-1")
         assert view.button(key="train_start").disabled and main_warnings(view) == refused
         assert (url(view, "train_steps"), url(view, "train_seed")) == ("99999", "-1")
-    at.number_input(key="train_seed").set_value(4).run()
-    at.number_input(key="train_steps").set_value(int(live_train_steps())).run()  # the default: left out of the URL
+    at.text_input(key="train_steps").input("9" * 20)  # past 2**53: a number box would not have sent it
+    at.text_input(key="train_seed").input("seven").run()
+    assert main_warnings(at) == ("Training steps 99,999,999,999,999,999,999 is outside 10 … 6,000; Seed 'seven' is "
+                                 "not a whole number (0 … 2,147,483,647): Start trains nothing until each box holds a "
+                                 "number in its range.")
+    assert at.button(key="train_start").disabled
+    assert any(info.value.startswith("Nothing trained in this session yet") for info in at.info)
+    assert link_query(at) == {"train_steps": "9" * 20, "train_seed": "seven"}
+    at.text_input(key="train_seed").input("4").run()
+    at.text_input(key="train_steps").input(live_train_steps()).run()  # the default: left out of the URL
     assert url(at, "train_steps") is None and link_query(at)["train_steps"] == live_train_steps()
     follow_link(at, "pages/heads.py")
     no_exception(at)
     assert url(at, "train_seed") is None and "train_" not in share_link(at)
     follow_link(at, "pages/train.py")
-    assert at.number_input(key="train_seed").value == 4
+    assert at.text_input(key="train_seed").value == "4"
 
 
 def live_train_steps() -> str:
@@ -831,17 +840,16 @@ def live_train_steps() -> str:
 
 
 @pytest.mark.parametrize(("query", "notice"), [
-    ({"train_steps": "9" * 16}, f"Ignored URL parameter train_steps='{'9' * 16}': it is out of range (training "
-                                "steps: 10 … 6,000); "
-                                "training"),  # more than a box holds (2**53 − 1)
-    ({"train_seed": "x"}, "Ignored URL parameter train_seed='x': it is not a whole number (training seeds"),
+    ({"train_steps": "9" * 30}, f"Ignored URL parameter train_steps='{'9' * 20}…': it is out of range (training "
+                                "steps: 10 … 6,000); training 1,000 steps."),  # more than a box holds (24 characters)
+    ({"train_seed": "x" * 30}, "it is not a whole number (training seeds"),
 ])
 def test_a_bad_train_setting_in_the_link_gives_a_notice_in_words_and_the_default(query, notice):
     at = open_app("pages/train.py", **query)
     no_exception(at)
     assert notice in main_warnings(at)
-    assert at.number_input(key="train_steps").value == int(live_train_steps())
-    assert at.number_input(key="train_seed").value == 0
+    assert at.text_input(key="train_steps").value == live_train_steps()
+    assert at.text_input(key="train_seed").value == "0"
 
 
 def test_a_cell_clicked_on_the_map_of_a_text_too_long_for_the_url_stays_on_every_full_rerun():

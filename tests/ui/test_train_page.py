@@ -59,7 +59,7 @@ def test_a_training_draws_its_curves_and_snapshots_and_becomes_a_weights_option(
     at = train_page()
     assert at.title[0].value == "Train a model, watch its heads form"
     assert any("Nothing trained in this session yet" in info.value for info in at.info)
-    at.number_input(key="train_steps").set_value(12)
+    at.text_input(key="train_steps").input("12")
     at.button(key="train_start").click().run()
     job = job_of(at)
     assert job is not None
@@ -121,7 +121,7 @@ def test_the_page_promises_the_heads_in_steps_not_seconds():
 
 def test_stop_ends_the_training_and_keeps_the_model_so_far():
     at = train_page()
-    at.number_input(key="train_steps").set_value(live_train.MAX_STEPS)
+    at.text_input(key="train_steps").input(str(live_train.MAX_STEPS))
     at.button(key="train_start").click().run()
     job = job_of(at)
     wait_for_steps(job, 3)
@@ -155,7 +155,7 @@ def test_start_right_after_stop_starts_a_new_training(monkeypatch):
     monkeypatch.setattr(train_ui, "_publisher", publisher_that_ends_late)
     spinners = recorded_spinners(monkeypatch)
     at = train_page()
-    at.number_input(key="train_steps").set_value(live_train.MAX_STEPS)
+    at.text_input(key="train_steps").input(str(live_train.MAX_STEPS))
     at.button(key="train_start").click().run()
     first = job_of(at)
     second = None
@@ -185,7 +185,7 @@ def test_the_training_runs_with_mallocs_mmap_threshold_raised_and_restores_it(mo
 
     malloc = FakeMalloc(monkeypatch)
     at = train_page()
-    at.number_input(key="train_steps").set_value(live_train.MAX_STEPS)
+    at.text_input(key="train_steps").input(str(live_train.MAX_STEPS))
     at.button(key="train_start").click().run()
     job = job_of(at)
     wait_for_steps(job, 2)
@@ -202,7 +202,7 @@ def test_the_training_runs_with_mallocs_mmap_threshold_raised_and_restores_it(mo
 
 def test_start_is_disabled_while_a_training_runs_and_a_second_click_that_lands_starts_nothing():
     at = train_page()
-    at.number_input(key="train_steps").set_value(live_train.MAX_STEPS)
+    at.text_input(key="train_steps").input(str(live_train.MAX_STEPS))
     at.button(key="train_start").click().run()
     job = job_of(at)
     try:
@@ -255,7 +255,7 @@ def test_a_deep_link_to_the_train_page_is_a_sessions_first_request():
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == "Train a model, watch its heads form"
     assert at.query_params["text"] in ("Hello world", ["Hello world"])  # the URL's settings are kept
-    assert at.number_input(key="train_steps").value == live_train.RECOMMENDED["steps"]
+    assert at.text_input(key="train_steps").value == str(live_train.RECOMMENDED["steps"])
     at.switch_page("pages/heads.py").run()
     assert at.sidebar.text_area(key="text").value == "Hello world"
 
