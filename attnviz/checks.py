@@ -67,6 +67,10 @@ Around the rules:
 * an uncached forward that writes to a cache the module keeps (:func:`attnviz.kv_cache_rule.uncached_appends`)
   fails ``kv-cache``; the rules that run the module again (``RUN_AGAIN``) skip, as each of their forwards would
   attend to the ones before, and the rules that read the traced forward stand;
+* an output that holds NaN or ∞ (:func:`not_finite_output`) — NaN equals nothing, so no change to it can be seen —
+  is never passed by the rules that compare outputs (``causal``, ``batch-independence``, ``kv-cache``): they say they
+  could not check it, where it is NaN and where the forward first made a value that is not finite, a skip pointing to
+  the rule that fails for the NaN weights, or a fail when that rule is not run;
 * every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after;
 * a forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
 """
@@ -99,7 +103,7 @@ from attnviz.declarations import (
 )
 from attnviz.kv_cache_rule import cache_sizes, kept_state, kv_cache, uncached_appends
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
-from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output, per_query_head
+from attnviz.rule_base import TOLERANCE, Check, NotFinite, lowest_precision, module_output, per_query_head
 from attnviz.softcap_sinks_rule import SINK_WORDS, sinks_mismatch, softcap_mismatch, unread_softcap
 from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth, hidden_by_mask
@@ -228,6 +232,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             recording = tracing.record(module, x)
         attention, _ = tracing.combine(recording.attentions)
         _require_finite_output(recording.output, attention)
+        not_finite = not_finite_output(recording, attention, module, selected)  # the outputs cannot be compared
         traced = meter.forwards
         appended = uncached_appends(module, x, recording.output, kept,  # every forward after it would read it
                                      random=_dropout_acts(attention))
@@ -249,7 +254,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         run = {
             "rows-sum-to-one": lambda: rows_sum_to_one(attention),
             "causal": lambda: causal_rule(module, x, recording.output, causal, causal_said, attention=attention,
-                                          unmasked=unmasked),
+                                          unmasked=unmasked, not_finite=not_finite),
             "mask-convention": lambda: _causal_hint(mask_convention(
                 attention, causal, attention_window(module), causal_said, unmasked=unmasked, triangles=triangles,
                 fill=fill, cache_length=cache_length_reading(module), window_named=window_said(module),
@@ -258,12 +263,13 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "rotary-placement": lambda: rotary_placement(module, x, built_base=sizes.get("rope_base")),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: dropout_placement(module, x, attention)),
-            "batch-independence": lambda: batch_independence(module, x, recording.output),
+            "batch-independence": lambda: batch_independence(module, x, recording.output, not_finite=not_finite),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not unscaled,
                                                            window=window, causal_said=causal_said, width=width,
                                                            declared=declared, cap=cap, sinks=sinks, fill=fill,
                                                            own_file=tracing.class_file(module)),
-            "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention)),
+            "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention),
+                                         not_finite=not_finite),
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
@@ -611,10 +617,11 @@ def _unmasked(module: nn.Module, causal_said: str | None) -> str | None:
 
 def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal: bool,
                 causal_said: str | None = None, *, attention: tracing.Attention | None = None,
-                unmasked: str | None = None) -> Check:
+                unmasked: str | None = None, not_finite: NotFinite | None = None) -> Check:
     """``causal_said``: who said whether the module is causal (:func:`_causal_said_by`); None: its mask says.
     ``attention``: the traced attention, whose hidden cells say where a leak is (:func:`_leak_cause`);
-    ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`)."""
+    ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`); ``not_finite``: why its
+    output, not finite, cannot be compared (:func:`not_finite_output`), the verdict of a module the rule applies to."""
     rule = "causal"
     n = x.shape[1]
     if n == 1:
@@ -624,6 +631,8 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
                      "the module is not causal (no mask hides the future)" + (
                          f" — yet its name, {type(module).__name__}, says causal: to check it as causal, give "
                          "attnviz check --causal (check_module's causal=True)" if _named_causal(module) else ""))
+    if not_finite is not None:
+        return not_finite.verdict(rule)
     generator = torch.Generator().manual_seed(1)
     for j in range(1, n):
         changed = x.clone()  # (b, n, d_in)
@@ -1362,8 +1371,13 @@ def _dropout_acts(attention: tracing.Attention) -> bool:
     return attention.dropout_p > 0 or attention.dropout_after_p > 0
 
 
-def batch_independence(module: nn.Module, x: torch.Tensor, output: torch.Tensor) -> Check:
+def batch_independence(module: nn.Module, x: torch.Tensor, output: torch.Tensor, *,
+                       not_finite: NotFinite | None = None) -> Check:
+    """``not_finite``: why the module's output, not finite, cannot be compared (:func:`not_finite_output`): the
+    verdict."""
     rule = "batch-independence"
+    if not_finite is not None:
+        return not_finite.verdict(rule)
     generator = torch.Generator().manual_seed(2)
     for item in range(x.shape[0]):
         changed = x.clone()  # (b, n, d_in)
@@ -1793,6 +1807,83 @@ def _require_finite_output(output: torch.Tensor, attention: tracing.Attention) -
             f"the output holds NaN or ∞ at {int(bad.sum())} of {bad.numel()} positions (first: item {item}, position "
             f"{position}) while the attention weights there are finite: the NaN comes after the attention (the output "
             "projection, or what follows it), and the rules cannot compare NaN outputs")
+
+
+NOT_FINITE_STAGES = (("queries", "the queries"), ("keys", "the keys"), ("values", "the values"),
+                     ("scores", "the scores QKᵀ"), ("scaled", "the scaled scores"),
+                     ("masked", "the softmax's input"), ("weights", "the attention weights"),
+                     ("dropped", "the weights after dropout"), ("context", "each head's weights @ V"))
+MASKABLE = ("scores", "scaled", "masked")  # stages where −∞ is a mask, not a fault
+
+
+def not_finite_output(recording: tracing.Recording, attention: tracing.Attention, module: nn.Module,
+                      selected: Iterable[str] = RULES) -> NotFinite | None:
+    """Why the rules that compare outputs cannot check a module whose traced output holds NaN or ∞ — how many
+    positions, the first, and the first recorded step of the forward that holds a value that is not finite
+    (:func:`_first_not_finite`) —, and which of the ``selected`` rules fails for it: rows-sum-to-one when NaN weights
+    are in a row with a visible key, mask-convention when only rows whose keys are all hidden hold them (their softmax
+    is 0/0); None when the output is finite.  (NaN weights are all a finite-weights output can hold NaN from:
+    :func:`_require_finite_output` stops the check on the rest.)"""
+    output = recording.output
+    bad = ~torch.isfinite(output)
+    if not bad.any():
+        return None
+    what = "NaN" if output.isnan().any() else "∞"
+    if output.dim() >= 3:
+        positions = bad.flatten(2).any(-1)  # (b, n)
+        item, position = (int(i) for i in positions.nonzero()[0])
+        where = (f"at {int(positions.sum())} of {positions.numel()} positions (first: item {item}, position "
+                 f"{position})")
+    else:
+        where = f"at {int(bad.sum())} of {bad.numel()} values"
+    equals = "NaN equals nothing" if what == "NaN" else "∞ − ∞ is NaN"
+    words = f"the output is {what} {where}, and {equals}, so no change to it can be seen"
+    first = _first_not_finite(recording, module)
+    if first is not None:
+        words += f"; {first}"
+    nan_rows = ~torch.isfinite(attention.weights).all(-1)  # (b, h, nq)
+    visible_rows = (~attention.masked_cells()).any(-1)  # (b, h, nq): rows with a visible key
+    named = ("rows-sum-to-one" if (nan_rows & visible_rows).any() else "mask-convention" if nan_rows.any()
+             else None)
+    return NotFinite(words, named if named in selected else None)
+
+
+def _first_not_finite(recording: tracing.Recording, module: nn.Module) -> str | None:
+    """Words for the first recorded step of the forward (the attentions in order, each's stages in
+    :data:`NOT_FINITE_STAGES` order) that holds NaN or ∞ — −∞ before the softmax is a mask —, where it is, the line
+    that made it and, for weights whose row hides every key, why: "NaN first appears in the attention weights on line
+    30 (head 0, query 0: every key hidden, so its softmax is 0/0)"; None when no recorded step is."""
+    own = tracing.class_file(module)
+    for number, attention in enumerate(recording.attentions, start=1):
+        for stage, name in NOT_FINITE_STAGES:
+            tensor = getattr(attention, stage)
+            if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() or tensor.dim() != 4:
+                continue
+            bad = tensor.isnan() | tensor.isposinf() if stage in MASKABLE else ~torch.isfinite(tensor)
+            if not bad.any():
+                continue
+            item, head, row, _ = (int(i) for i in bad.nonzero()[0])
+            op = _stage_op(recording, attention, stage)
+            place = "" if op is None else tracing.op_place(op, own)
+            which = f" of attention {number} of {len(recording.attentions)}" if len(recording.attentions) > 1 else ""
+            at = (f"item {item}, " if item else "") + (f"head {head}, " if tensor.shape[1] > 1 else "")
+            at += f"{'position' if stage in ('queries', 'keys', 'values') else 'query'} {row}"
+            if stage == "weights" and attention.masked_cells()[item, head, row].all():
+                at += ": every key hidden, so its softmax is 0/0"
+            return f"{'NaN' if tensor[bad].isnan().any() else '∞'} first appears in {name}{which}{place} ({at})"
+    return None
+
+
+def _stage_op(recording: tracing.Recording, attention: tracing.Attention, stage: str) -> tracing.Op | None:
+    """The recorded op that made ``attention``'s ``stage``: its softmax for the weights, else the nearest op of that
+    stage before the softmax (the scores) or after it (the context); None for Q, K and V, or when none is."""
+    if not 0 <= attention.op_index < len(recording.ops) or stage in ("queries", "keys", "values"):
+        return None
+    if stage == "weights":
+        return recording.ops[attention.op_index]
+    before = range(attention.op_index - 1, -1, -1) if stage in MASKABLE else range(attention.op_index + 1,
+                                                                                    len(recording.ops))
+    return next((recording.ops[index] for index in before if recording.ops[index].stage == stage), None)
 
 
 def _weightless(module: nn.Module) -> bool:

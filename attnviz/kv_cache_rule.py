@@ -83,7 +83,7 @@ from torch import nn
 from attnviz import time_limit, tracing, user_code
 from attnviz.declarations import MODULE_INTERNALS, declared_size, declared_window, held_objects, is_size
 from attnviz.rotary_rule import uses_rotary
-from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output
+from attnviz.rule_base import TOLERANCE, Check, NotFinite, lowest_precision, module_output
 from attnviz.tokens import counted
 from attnviz.window_reading import CACHE_ARGUMENTS, attention_window, cache_length, cache_parameters
 from attnviz.words import amount, plural
@@ -358,13 +358,14 @@ RESETS = ("reset_cache", "reset_kv_cache")  # the names a module's own cache res
 
 
 def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
-             sizes: Mapping[str, int] | None = None) -> Check:
+             sizes: Mapping[str, int] | None = None, not_finite: NotFinite | None = None) -> Check:
     """Two sequences in a row, each after the module's reset, fed as a prefill then token by token with
     ``use_cache=True``, must give the uncached outputs; a forward without ``use_cache``, or one token, skips.  A
     cache the caller holds (a ``past_key_values`` argument, and no reset) is checked by passing each forward's
     returned cache to the next, when the module is ``causal`` (else a prefill cannot equal the whole sequence's first
     tokens, which see the later ones).  ``sizes``: the module's sizes by attnviz setting where it does not keep them
-    under a known name (:func:`_cache_excess`)."""
+    under a known name (:func:`_cache_excess`); ``not_finite``: why the module's uncached output, not finite, cannot
+    be compared (:func:`attnviz.checks.not_finite_output`): the verdict of a module that caches."""
     rule = "kv-cache"
     n = x.shape[1]
     plan = _cache_plan(module, n)
@@ -377,10 +378,12 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     if n == 1:
         return Check(rule, "skip", "1 token: nothing to feed after the prefill from the cache — check 2 or more "
                                    "tokens")
+    if plan.caller_holds and not causal:
+        return Check(rule, "skip", f"the cache is passed in as {cache_name}, and the module is not causal: its first "
+                                   "tokens see the later ones, so a prefill cannot give them: not checked")
+    if not_finite is not None:
+        return not_finite.verdict(rule)
     if plan.caller_holds:
-        if not causal:
-            return Check(rule, "skip", f"the cache is passed in as {cache_name}, and the module is not causal: its "
-                                       "first tokens see the later ones, so a prefill cannot give them: not checked")
         return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill, sizes,
                             length)
     reset = _user_reset(module, reset_name)

@@ -4,7 +4,8 @@
 * the tolerance outputs are compared to;
 * the module's output for an input;
 * K or V per query head, as the rules compare them;
-* the lowest precision among tensors a module made, whose rounding a comparison allows for.
+* the lowest precision among tensors a module made, whose rounding a comparison allows for;
+* the verdict of a rule that compares outputs on a module whose output is not finite (:class:`NotFinite`).
 
 It sits below the checker and the rule families it keeps in modules of their own (:mod:`attnviz.rotary_rule`,
 :mod:`attnviz.kv_cache_rule`), so they share these without importing one another in a circle.
@@ -42,6 +43,24 @@ class Check:
     def passed(self) -> bool:
         """Not failed: True for a skip (not checked) too, as exit status 0 is; a checked pass: status == "pass"."""
         return self.status != "fail"
+
+
+@dataclass(frozen=True)
+class NotFinite:
+    """Why a rule that compares the module's outputs cannot check it: its output holds NaN or ∞, which equals nothing,
+    so no change to it can be seen — not a pass.  ``words``: where the output is not finite and where the forward first
+    made a value that is not (:func:`attnviz.checks.not_finite_output`); ``named_by``: the rule of this check that fails
+    for that (then the verdict is a skip pointing to it), None when none of the rules checked does (then a fail, so
+    that the check never passes such a module)."""
+
+    words: str
+    named_by: str | None = None
+
+    def verdict(self, rule: str) -> Check:
+        """``rule``'s verdict: not checked, in a learner's words."""
+        if self.named_by is None:
+            return Check(rule, "fail", f"cannot be checked: {self.words} — fix that, then check again")
+        return Check(rule, "skip", f"not checked: {self.words} — fix that (see {self.named_by}), then check again")
 
 
 def per_query_head(tensor: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """check_module's rules on modules written as users write them: each rule passes the correct code and fails its bug."""
 
 import copy
+import inspect
 import re
 import sys
 import time
@@ -960,6 +961,40 @@ def test_nan_after_the_attention_is_named_not_passed():
     """Every rule compares outputs; NaN outputs compare as unchanged, so they passed every rule (exit 0)."""
     with pytest.raises(tracing.TraceError, match="the NaN comes after the attention"):
         checks.check_module(um.NaNAfterAttention(d_in=16, d_out=16))
+
+
+DIAGONAL_NAN = ("the output is NaN at 2 of 16 positions (first: item 0, position 0), and NaN equals nothing, so no "
+                "change to it can be seen; NaN first appears in the attention weights on line {line} (head 0, query 0: "
+                "every key hidden, so its softmax is 0/0)")
+
+
+@pytest.mark.parametrize(("rules", "verdict_words"), [
+    (["causal", "mask-convention", "batch-independence"], ("skip", "not checked: {nan} — fix that (see "
+                                                                   "mask-convention), then check again")),
+    (["causal", "batch-independence"], ("fail", "cannot be checked: {nan} — fix that, then check again")),
+], ids=["beside mask-convention", "alone"])
+def test_a_nan_output_is_not_passed_by_the_rules_that_compare_outputs(rules, verdict_words):
+    """Query 0 hides every key: its output is NaN, which equals nothing, so causal and batch-independence saw no
+    change and passed.  They say they could not check, and where the NaN starts; a skip points to the rule that fails
+    for it, and without that rule they fail, so the check never passes the module."""
+    torch.manual_seed(0)
+    results = {c.rule: c for c in checks.check_module(um.DiagonalHidden(fill="-inf").eval(), rules=rules)}
+    line = user_modules_line("w = torch.softmax(s, dim=-1)  # (b, h, n, n)")
+    status, words = verdict_words
+    for rule in ("causal", "batch-independence"):
+        assert results[rule] == checks.Check(rule, status, words.format(nan=DIAGONAL_NAN.format(line=line)))
+
+
+def test_a_nan_output_is_not_passed_by_kv_cache():
+    """The cached module's uncached output is NaN at query 0: kv-cache compared NaN with NaN and blamed the step's
+    mask position for a difference of inf."""
+    torch.manual_seed(0)
+    module = um.LearnerCachedMHA(16, 16, 16, 0.0, 2, bug="diagonal-hidden").eval()
+    check = verdict(module, "kv-cache", rules=["mask-convention", "kv-cache"])
+    lines, first = inspect.getsourcelines(um.LearnerCachedMHA.forward)
+    line = first + next(at for at, text in enumerate(lines) if "torch.softmax" in text)
+    assert check == checks.Check("kv-cache", "skip", f"not checked: {DIAGONAL_NAN.format(line=line)} — fix that (see "
+                                                     "mask-convention), then check again")
 
 
 # ---------------------------------------------------------------- progress: a slow module's check says how far it is

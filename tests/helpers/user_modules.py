@@ -633,7 +633,8 @@ class LearnerCachedMHA(nn.Module):
     by 1 per forward, is advanced before the mask is sliced, is one ahead (the prefill adds n + 1), is not reset,
     or reset to 1; the mask is sliced as if the new tokens started at 0; the cache keeps too little, or the first
     keys twice (an ``if`` without its ``else``); the reset keeps the cache (it only zeroes the position) or does
-    nothing at all; a cached forward returns NaN, or the last token's vector alone."""
+    nothing at all; a cached forward returns NaN, or the last token's vector alone; the mask hides the diagonal too
+    (``diagonal-hidden``: query 0 hides every key, its output NaN, cached or not)."""
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, bug=None):
         super().__init__()
@@ -643,7 +644,8 @@ class LearnerCachedMHA(nn.Module):
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        diagonal = 0 if bug == "diagonal-hidden" else 1  # the bug: triu(0) hides each token from itself
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=diagonal))
         self.cache_k, self.cache_v, self.ptr_current_pos = None, None, 0
         self.bug = bug
 
