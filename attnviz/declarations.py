@@ -354,6 +354,25 @@ def declared_window(module: nn.Module) -> int | None:
 
 _SAYS_NOTHING = object()  # a module with no window attribute in any spelling
 
+
+def layer_windows(module: nn.Module) -> dict[str, int | None]:
+    """path (:func:`window_holders`' spelling) -> the window each object under ``module`` declares for itself: W, or
+    None for one that says it attends to every key (a window attribute set to None — the book's ``06_swa`` model, whose
+    every ``sliding_window_stride``-th layer is full —, a global kind, a config that switches the window off for its
+    layer); one that says nothing is left out.  What a model whose layers disagree declares layer by layer, where
+    :func:`declared_window` declares no window for the whole."""
+    windows = {}
+    for path, holder in window_holders(module).items():
+        said = _attribute_window(holder)
+        if said is _SAYS_NOTHING and _says_global(holder):
+            said = None
+        elif said is _SAYS_NOTHING and any(is_size(value) for spelling in SPELLINGS["sliding_window_size"]
+                                           for _, value in config_settings(holder, spelling)):
+            said = _config_window(holder)
+        if said is not _SAYS_NOTHING:
+            windows[path] = said
+    return windows
+
 def class_says_cache(klass: type) -> bool:
     """Whether a class's name ends in the word cache (``KVCache``, ``SlidingKVCache``, ``RollingCache``)."""
     return name_words(klass.__name__)[-1:] in (["cache"], ["caches"])

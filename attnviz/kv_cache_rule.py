@@ -59,7 +59,9 @@ What the cache holds:
   mask hides the far keys, so only the cache's size shows a memory that grows with the whole text where W entries
   suffice, which a sliding window's cache exists to bound (not the ``DynamicCache`` attnviz hands a layer, which
   keeps every token by its own choice: said in the pass), K/V tensors of ``num_heads`` heads where
-  ``num_kv_groups`` K/V heads are declared, full K and V (d_out per token each) where a ``latent_dim`` is; sizes the
+  ``num_kv_groups`` K/V heads are declared, full K and V (d_out per token each) where a ``latent_dim`` is — a model
+  whose layers declare different windows (window and full layers, the book's ``06_swa`` schedule) has each layer's
+  cache held to its own window, a full layer's keeping every token (:func:`_over_window`); sizes the
   module keeps under other names are those it was built with, ``check_module``'s ``sizes``, and the heads and
   head_dim its trace measured.
 
@@ -73,7 +75,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -81,7 +83,14 @@ import torch
 from torch import nn
 
 from attnviz import time_limit, tracing, user_code
-from attnviz.declarations import MODULE_INTERNALS, declared_size, declared_window, held_objects, is_size
+from attnviz.declarations import (
+    MODULE_INTERNALS,
+    declared_size,
+    declared_window,
+    held_objects,
+    is_size,
+    layer_windows,
+)
 from attnviz.rotary_rule import uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, NotFinite, lowest_precision, module_output
 from attnviz.tokens import counted
@@ -419,10 +428,10 @@ def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int
     excess = _cache_excess(module, held, n, sizes, window=supplied is None)
     if excess is not None:
         return Check("kv-cache", "fail", f"{words}, but {excess}")
-    words = f"{words}; after {counted(n)} the cache holds {held.words()}"
+    words = f"{words}; after {counted(n)} {_by_layer_words(module, held) or f'the cache holds {held.words()}'}"
     over = _over_window(module, held, sizes) if supplied is not None else None
     if over is not None:
-        window = over[1]
+        window = over.window
         words += (f" — more than a window of W = {window} needs, and not the layer's doing: the {supplied} attnviz "
                   "hands it keeps every token, and the layer only adds to it (a transformers model hands a "
                   "sliding-window layer DynamicCache(config=…), whose DynamicSlidingWindowLayer keeps the last "
@@ -1215,12 +1224,23 @@ class _CacheHeld:
     per_token: int  # elements a token takes in those tensors together (0: none grows), a view's counted in its base
     per_token_bytes: int
     views: dict[str, str] = field(default_factory=dict)  # a tensor that views another's memory -> that one
+    item_bytes: dict[str, int] = field(default_factory=dict)  # the bytes of one element of each tensor
+
+    def shapes_words(self) -> str:
+        """ "cache_k (1, 8, 4, 8), cache_v (1, 8, 4, 8)"; a view named with the tensor it views: "k (1, 4, 8, 8) in
+        kv"."""
+        return ", ".join(f"{name} ({', '.join(map(str, shape))})" + (f" in {self.views[name]}" if name in self.views
+                                                                      else "") for name, shape in self.shapes.items())
+
+    def token_bytes(self, names: Iterable[str]) -> int:
+        """The bytes one token takes in the tensors ``names`` that grow by a token (a view's counted in its base)."""
+        return sum(math.prod(self.shapes[name]) // self.tokens[name] * self.item_bytes.get(name, 0)
+                   for name in names if name in self.tokens and name not in self.views)
 
     def words(self) -> str:
         """ "8 tokens of 64 elements (256 bytes) each: cache_k (1, 8, 4, 8), cache_v (1, 8, 4, 8)"; for a cache that
         does not grow, its size.  A view is named with the tensor it views: "k (1, 4, 8, 8) in kv"."""
-        shapes = ", ".join(f"{name} ({', '.join(map(str, shape))})" + (f" in {self.views[name]}" if name in self.views
-                                                                      else "") for name, shape in self.shapes.items())
+        shapes = self.shapes_words()
         if not self.tokens:
             return (f"{shapes}: {self.elements:,} {plural(self.elements, 'element')} ({self.bytes:,} "
                     f"{plural(self.bytes, 'byte')}), no more than after the first token")
@@ -1257,7 +1277,8 @@ def _held(now: dict[str, torch.Tensor], fed: list[dict[str, torch.Size]],
     counted_once = [value for name, value in now.items() if name not in views]
     return _CacheHeld({name: tuple(value.shape) for name, value in now.items()},
                       sum(v.numel() for v in counted_once), sum(v.numel() * v.element_size() for v in counted_once),
-                      tokens, grown_along, per_token, per_token_bytes, dict(views))
+                      tokens, grown_along, per_token, per_token_bytes, dict(views),
+                      {name: value.element_size() for name, value in now.items()})
 
 
 def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[str, int] | None = None, *,
@@ -1269,10 +1290,13 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
     :func:`_window_excess` (not read with ``window=False``: a cache object attnviz supplied keeps what it keeps),
     :func:`_repeated_heads`, :func:`_full_keys_values`.  Anything else a cache keeps (a rotary key, its tokens'
     positions) is no evidence of waste.  A wrapper that declares no variant is read through the one submodule that
-    does (:func:`_declaring`)."""
-    module, sizes = _declaring(module), dict(sizes or {})
-    for check in (_window_excess, _repeated_heads, _full_keys_values)[0 if window else 1:]:
-        if (words := check(module, held, n, sizes)) is not None:
+    does (:func:`_declaring`) — but for its windows, which :func:`_over_window` reads layer by layer where they
+    differ, by the paths of the cache's tensors under ``module``."""
+    sizes = dict(sizes or {})
+    if window and (words := _window_excess(module, held, n, sizes)) is not None:
+        return words
+    for check in (_repeated_heads, _full_keys_values):
+        if (words := check(_declaring(module), held, n, sizes)) is not None:
             return words
     return None
 
@@ -1286,13 +1310,26 @@ def _window_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: dict[str,
     over = _over_window(module, held, sizes)
     if over is None:
         return None
-    longest, window = over
-    kept, per_token = held.tokens[longest], held.per_token_bytes
-    grows = (f" — the cache's {kept * per_token:,} bytes grow by {per_token:,} with every token, where the last "
+    longest, window, layer = over.longest, over.window, over.layer
+    kept = held.tokens[longest]
+    if layer is None:
+        per_token = held.per_token_bytes
+        grows = (f" — the cache's {kept * per_token:,} bytes grow by {per_token:,} with every token, where the last "
+                 f"{window} take {window * per_token:,}:" if per_token else " —")
+        return (f"the cache keeps more than the window needs: {longest} holds {counted(kept)} after {n}, and a "
+                f"window of W = {window} needs only the last {window}{grows} drop the older keys and values after each "
+                "forward (keep the last W)")
+    per_token = held.token_bytes(path for path, (at, _) in over.layers.items() if at == layer)
+    grows = (f" — its cache's {kept * per_token:,} bytes grow by {per_token:,} with every token, where the last "
              f"{window} take {window * per_token:,}:" if per_token else " —")
-    return (f"the cache keeps more than the window needs: {longest} holds {counted(kept)} after {n}, and a window "
-            f"of W = {window} needs only the last {window}{grows} drop the older keys and values after each "
-            "forward (keep the last W)")
+    others = [at for at in over.over if at != layer]
+    also = f"; {', '.join(others)} {'does' if len(others) == 1 else 'do'} the same" if others else ""
+    full = list(dict.fromkeys(at for at, said in over.layers.values() if said is None))
+    every = (f"; the full-attention {plural(len(full), 'layer')} {', '.join(full)} rightly "
+             f"{'keeps' if len(full) == 1 else 'keep'} every token" if full else "")
+    return (f"a window layer's cache keeps more than its window needs: {longest} holds {counted(kept)} after {n}, and "
+            f"its layer, {layer}, has a window of W = {window}, so it needs only the last {window}{grows} drop that "
+            f"layer's older keys and values after each forward (keep the last W){also}{every}")
 
 
 def _size(module: nn.Module, sizes: dict[str, int], setting: str) -> int | None:
@@ -1344,14 +1381,67 @@ def _full_keys_values(module: nn.Module, held: _CacheHeld, n: int, sizes: dict[s
             "from it at each step")
 
 
-def _over_window(module: nn.Module, held: _CacheHeld, sizes: Mapping[str, int] | None = None) -> tuple[str, int] | None:
-    """(the tensor holding the most tokens, the window W) when it holds more than W — the window the module, or its
-    submodules, declare (:func:`_kept_window`), else ``sizes``'; None otherwise."""
-    window = _kept_window(module) or dict(sizes or {}).get("sliding_window_size")
+class _OverWindow(NamedTuple):
+    """A cache tensor that holds more tokens than its window: :func:`_over_window`'s finding."""
+
+    longest: str  # the tensor, of those over their window, holding the most tokens
+    window: int  # its window W
+    layer: str | None = None  # the layer whose own window W is; None: the module's one window
+    layers: dict[str, tuple[str, int | None]] = {}  # per layer: every cache tensor -> (its layer, that layer's window)
+    over: tuple[str, ...] = ()  # per layer: the window layers whose caches hold more than their W, in module order
+
+
+def _over_window(module: nn.Module, held: _CacheHeld, sizes: Mapping[str, int] | None = None) -> _OverWindow | None:
+    """The tensor holding the most tokens when it holds more than W — the window the module, or its submodules,
+    declare (:func:`_kept_window`), else ``sizes``'; for a module whose layers declare different windows (the book's
+    ``06_swa`` model: window layers and, every ``sliding_window_stride``-th, a full one), each tensor against its own
+    layer's window (:func:`_layer_windows`), a full layer's keeping every token; None when none holds more."""
+    window = _kept_window(module)
+    layers = _layer_windows(module, held) if window is None else {}
+    if any(said is not None for _, said in layers.values()):
+        over = {path: (layer, said) for path, (layer, said) in layers.items()
+                if said is not None and held.tokens[path] > said}
+        if not over:
+            return None
+        longest = max(over, key=held.tokens.get)
+        return _OverWindow(longest, over[longest][1], over[longest][0], layers,
+                           tuple(dict.fromkeys(layer for layer, _ in over.values())))
+    window = window or dict(sizes or {}).get("sliding_window_size")
     longest = max(held.tokens, key=held.tokens.get, default=None)
     if window is None or longest is None or held.tokens[longest] <= window:
         return None
-    return longest, window
+    return _OverWindow(longest, window)
+
+
+def _by_layer_words(module: nn.Module, held: _CacheHeld) -> str | None:
+    """For a module whose layers declare different windows (:func:`_over_window`), what each layer's cache holds, its
+    window beside it: "each layer's cache holds what its attention needs — layers[0], layers[1] (a window of W = 3): 3
+    tokens; layers[2] (full attention): 8 tokens — layers[0].cache_k (1, 2, 3, 8), …"; None for any other module."""
+    layers = _layer_windows(module, held) if _kept_window(module) is None else {}
+    if not any(said is not None for _, said in layers.values()):
+        return None
+    kept: dict[str, tuple[int | None, int]] = {}  # layer -> (its window, the most tokens one of its tensors holds)
+    for path, (layer, said) in layers.items():
+        kept[layer] = (said, max(kept.get(layer, (said, 0))[1], held.tokens[path]))
+    groups: dict[tuple[int | None, int], list[str]] = {}
+    for layer, held_by_layer in kept.items():  # in module order
+        groups.setdefault(held_by_layer, []).append(layer)
+    parts = "; ".join(f"{', '.join(names)} ({'full attention' if said is None else f'a window of W = {said}'}): "
+                      f"{counted(tokens)}" for (said, tokens), names in groups.items())
+    return f"each layer's cache holds what its attention needs — {parts} — {held.shapes_words()}"
+
+
+def _layer_windows(module: nn.Module, held: _CacheHeld) -> dict[str, tuple[str, int | None]]:
+    """Each cache tensor that grows by a token -> (the deepest object on its path that declares a window of its own,
+    that window: :func:`attnviz.declarations.layer_windows`, W or None for a full layer); tensors under none are left
+    out."""
+    windows = layer_windows(module)
+    found = {}
+    for path in held.tokens:
+        layer = max((at for at in windows if at == "" or path.startswith((f"{at}.", f"{at}["))), key=len, default=None)
+        if layer is not None:
+            found[path] = (layer, windows[layer])
+    return found
 
 
 def cache_sizes(given: Mapping[str, int] | None, attention: tracing.Attention) -> dict[str, int]:

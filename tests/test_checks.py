@@ -904,6 +904,35 @@ def test_kv_cache_fails_a_cache_that_holds_more_than_its_variant_needs(module, w
     assert failing(module) == {"kv-cache"}
 
 
+MIXED_PLAN = ("two sequences, each after reset_kv_cache(): a prefill of 4 tokens, then 2 tokens one by one and the "
+              "last 2 in one forward (a chunk after the cache), give the uncached outputs (≤ 1e-05)")
+K_AND_V = "layers[{0}].cache_k (1, 2, {1}, 8), layers[{0}].cache_v (1, 2, {1}, 8)"  # (b, h, tokens, hd) each
+
+
+@pytest.mark.parametrize(("layers", "keeps_all", "verdict_words"), [
+    ((3, 2), False, ("pass", f"{MIXED_PLAN}; after 8 tokens each layer's cache holds what its attention needs — "
+                             "layers[0], layers[1] (a window of W = 3): 3 tokens; layers[2] (full attention): 8 tokens "
+                             f"— {K_AND_V.format(0, 3)}, {K_AND_V.format(1, 3)}, {K_AND_V.format(2, 8)}")),
+    ((2, 1), False, ("pass", f"{MIXED_PLAN}; after 8 tokens each layer's cache holds what its attention needs — "
+                             "layers[0] (a window of W = 3): 3 tokens; layers[1] (full attention): 8 tokens — "
+                             f"{K_AND_V.format(0, 3)}, {K_AND_V.format(1, 8)}")),
+    ((3, 2), True, ("fail", f"{MIXED_PLAN}, but a window layer's cache keeps more than its window needs: "
+                            "layers[0].cache_k holds 8 tokens after 8, and its layer, layers[0], has a window of "
+                            "W = 3, so it needs only the last 3 — its cache's 1,024 bytes grow by 128 with every "
+                            "token, where the last 3 take 384: drop that layer's older keys and values after each "
+                            "forward (keep the last W); layers[1] does the same; the full-attention layer layers[2] "
+                            "rightly keeps every token")),
+], ids=["two-window-one-full", "one-window-one-full", "window-layers-keep-all"])
+def test_kv_cache_checks_each_layer_against_its_own_window(layers, keeps_all, verdict_words):
+    """The book's bonus SWA model alternates window and full layers: its layers disagree on the window, so kv-cache
+    read none and never saw window layers that keep every token — and with one window layer it read that layer's W
+    for the whole model and failed the full layer's cache, which must keep every token."""
+    n_layers, stride = layers
+    torch.manual_seed(0)
+    module = um.WindowAndFullLayers(n_layers=n_layers, sliding_window_stride=stride, keeps_all=keeps_all).eval()
+    assert verdict(module, "kv-cache", rules=["kv-cache"]) == checks.Check("kv-cache", *verdict_words)
+
+
 @pytest.mark.parametrize(("bug", "words"), [
     ("rerotate", "the step hides the right keys, but the cached key of token 1 is the whole sequence's turned by "
                  "another angle (the same length, another direction): the keys are rotated at the wrong positions — "

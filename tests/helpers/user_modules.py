@@ -852,6 +852,73 @@ class LearnerCachedSWA(LearnerSWA):
         self.ptr_current_pos = 0
 
 
+class CachedWindowOrFull(nn.Module):
+    """One cached attention layer of a model that mixes window and full layers: ``sliding_window_size`` W (query i
+    sees keys i - W + 1 … i, the cache keeps the last W tokens) or None (full causal attention, the cache keeps every
+    token).  ``keeps_all``: the bug of a window layer whose cache keeps every token (its mask still applies W)."""
+
+    def __init__(self, d_in, d_out, num_heads, sliding_window_size=None, keeps_all=False):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.sliding_window_size, self.keeps_all = sliding_window_size, keeps_all
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start = self.ptr_current_pos if use_cache else 0
+        window = self.sliding_window_size
+        if use_cache:
+            if self.cache_k is not None:
+                keys = torch.cat([self.cache_k, keys], dim=2)  # (b, h, cached + n, hd)
+                values = torch.cat([self.cache_v, values], dim=2)  # (b, h, cached + n, hd)
+            kept = keys.shape[2] if window is None or self.keeps_all else window
+            self.cache_k, self.cache_v = keys[:, :, -kept:], values[:, :, -kept:]  # (b, h, ≤ kept, hd) each
+            self.ptr_current_pos += n
+        query_pos = torch.arange(start, start + n)  # (n,)
+        key_pos = torch.arange(start + n - keys.shape[2], start + n)  # (keys,)
+        behind = query_pos[:, None] - key_pos[None, :]  # (n, keys): how far each key is behind each query
+        hidden = behind < 0 if window is None else (behind < 0) | (behind >= window)  # (n, keys)
+        attn_scores = (queries @ keys.transpose(2, 3)).masked_fill(hidden, -torch.inf)  # (b, h, n, keys)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, keys)
+        context_vec = (attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)
+
+    def reset_cache(self):
+        self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
+
+
+class WindowAndFullLayers(nn.Module):
+    """Residual attention layers on a schedule of ``sliding_window_stride`` window layers, then one full layer, again
+    and again (the layout of the book's bonus sliding-window model, ch04/06_swa): each layer keeps its own
+    ``sliding_window_size`` (None on the full ones) and its own cache, all reset by ``reset_kv_cache()``."""
+
+    def __init__(self, d_in=16, num_heads=2, n_layers=3, sliding_window_size=3, sliding_window_stride=2,
+                 keeps_all=False):
+        super().__init__()
+        self.d_in = d_in
+        self.layers = nn.ModuleList(
+            CachedWindowOrFull(d_in, d_in, num_heads, sliding_window_size if layer % (sliding_window_stride + 1)
+                               < sliding_window_stride else None, keeps_all)
+            for layer in range(n_layers))
+
+    def forward(self, x, use_cache=False):
+        for layer in self.layers:
+            x = x + layer(x, use_cache=use_cache)  # (b, n, d_in)
+        return x
+
+    def reset_kv_cache(self):
+        for layer in self.layers:
+            layer.reset_cache()
+
+
 class LearnerCachedGQA(LearnerGQA):
     """LearnerGQA with the book's KV cache (04_gqa): ``cache_k``/``cache_v`` (b, num_kv_groups, n, head_dim) hold the
     K/V heads before ``repeat_interleave``; ``rotary``: the new queries and keys rotated at ``ptr_current_pos``, the
