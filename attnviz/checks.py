@@ -231,7 +231,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         with tracing.saying_width(x, width):
             recording = tracing.record(module, x)
         attention, _ = tracing.combine(recording.attentions)
-        _require_finite_output(recording.output, attention)
+        _require_finite_output(recording.output, recording.attentions)
         not_finite = not_finite_output(recording, attention, module, selected)  # the outputs cannot be compared
         traced = meter.forwards
         appended = uncached_appends(module, x, recording.output, kept,  # every forward after it would read it
@@ -1792,14 +1792,18 @@ def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str,
                                f"{expected[index].item():.4g})")
 
 
-def _require_finite_output(output: torch.Tensor, attention: tracing.Attention) -> None:
-    """TraceError when the output holds NaN or ±∞ at a query whose attention weights are all finite: the rules
-    compare outputs, and NaN hides every change, so a NaN made after the attention would pass them all.  (NaN
-    weights — a row whose every key is hidden — are the rules' to name.)"""
-    weights_finite = torch.isfinite(attention.weights).all(-1).all(1)  # (b, nq): every head's row finite
+def _require_finite_output(output: torch.Tensor, attentions: list[tracing.Attention]) -> None:
+    """TraceError when the output holds NaN or ±∞ at a query whose attention weights are all finite, in every
+    attention the forward computed (a model's layers): the rules compare outputs, and NaN hides every change, so a NaN
+    made after the attention would pass them all.  (NaN weights — a row whose every key is hidden, in any layer — are
+    the rules' to name: :func:`not_finite_output`.)"""
     output_bad = ~torch.isfinite(output).all(-1)  # (b, n)
-    if output_bad.shape != weights_finite.shape:
+    rows = [attention.weights for attention in attentions
+            if attention.weights.dim() == 4 and (attention.weights.shape[0], attention.weights.shape[2])
+            == tuple(output_bad.shape)]  # (b, h, nq, nk) each, nq = n
+    if not rows:
         return
+    weights_finite = torch.stack([torch.isfinite(weights).all(-1).all(1) for weights in rows]).all(0)  # (b, nq)
     bad = output_bad & weights_finite
     if bad.any():
         item, position = (int(i) for i in bad.nonzero()[0])

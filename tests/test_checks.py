@@ -1014,6 +1014,21 @@ def test_a_nan_output_is_not_passed_by_the_rules_that_compare_outputs(rules, ver
         assert results[rule] == checks.Check(rule, status, words.format(nan=DIAGONAL_NAN.format(line=line)))
 
 
+def test_a_nan_output_from_a_later_layer_is_named_there():
+    """The second layer's query 0 hides every key: the check stopped, saying the NaN came after the attention, as it
+    read the first layer's weights alone.  The rules that compare outputs say where it starts; rows-sum-to-one and
+    mask-convention read the first layer, which is right, so they fail rather than point to them."""
+    torch.manual_seed(0)
+    module = um.TwoCachedLayers(second_bug="diagonal-hidden").eval()
+    results = {c.rule: c for c in checks.check_module(module, rules=["rows-sum-to-one", "causal", "mask-convention"])}
+    lines, first = inspect.getsourcelines(um.LearnerCachedMHA.forward)
+    line = first + next(at for at, text in enumerate(lines) if "torch.softmax" in text)
+    nan = DIAGONAL_NAN.format(line=line).replace("attention weights on", "attention weights of attention 2 of 2 on")
+    assert results["causal"] == checks.Check("causal", "fail", f"cannot be checked: {nan} — fix that, then check "
+                                                                "again")
+    assert results["rows-sum-to-one"].status == results["mask-convention"].status == "pass"
+
+
 def test_a_nan_output_is_not_passed_by_kv_cache():
     """The cached module's uncached output is NaN at query 0: kv-cache compared NaN with NaN and blamed the step's
     mask position for a difference of inf."""

@@ -704,6 +704,22 @@ class LearnerCachedMHA(nn.Module):
             self.ptr_current_pos = 0
 
 
+class TwoCachedLayers(nn.Module):
+    """Two of the learner's cached attention layers, one after the other with a residual; ``second_bug``: a bug of
+    LearnerCachedMHA's in the second layer alone (``diagonal-hidden``: its NaN reaches the output while the first
+    layer's weights are finite)."""
+
+    def __init__(self, d_in=16, num_heads=2, context_length=16, second_bug=None):
+        super().__init__()
+        self.d_in = d_in
+        self.first = LearnerCachedMHA(d_in, d_in, context_length, 0.0, num_heads)
+        self.second = LearnerCachedMHA(d_in, d_in, context_length, 0.0, num_heads, bug=second_bug)
+
+    def forward(self, x):
+        x = x + self.first(x)  # (b, n, d_in)
+        return x + self.second(x)  # (b, n, d_in)
+
+
 class CountsTokensSeen(nn.Module):
     """A KV-cached attention whose position counter is ``tokens_seen`` (not one of the usual names), advanced by 1
     per forward instead of by the new tokens' count (``fixed=True``: by the count)."""
