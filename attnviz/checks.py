@@ -264,10 +264,11 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: dropout_placement(module, x, attention)),
             "batch-independence": lambda: batch_independence(module, x, recording.output, not_finite=not_finite),
-            "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not unscaled,
-                                                           window=window, causal_said=causal_said, width=width,
-                                                           declared=declared, cap=cap, sinks=sinks, fill=fill,
-                                                           own_file=tracing.class_file(module)),
+            "matches-reference": lambda: (
+                not_finite.verdict("matches-reference") if not_finite is not None and not_finite.inputs else  # Q, K, V
+                matches_reference(recording, attention, causal, scaled=not unscaled, window=window,
+                                  causal_said=causal_said, width=width, declared=declared, cap=cap, sinks=sinks,
+                                  fill=fill, own_file=tracing.class_file(module))),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention),
                                          not_finite=not_finite),
         }
@@ -1841,22 +1842,23 @@ def not_finite_output(recording: tracing.Recording, attention: tracing.Attention
     else:
         where = f"at {int(bad.sum())} of {bad.numel()} values"
     equals = "NaN equals nothing" if what == "NaN" else "∞ − ∞ is NaN"
-    words = f"the output is {what} {where}, and {equals}, so no change to it can be seen"
-    first = _first_not_finite(recording, module)
+    words = f"the output is {what} {where}, and {equals}, so it cannot be compared"
+    first, stage = _first_not_finite(recording, module)
     if first is not None:
         words += f"; {first}"
     nan_rows = ~torch.isfinite(attention.weights).all(-1)  # (b, h, nq)
     visible_rows = (~attention.masked_cells()).any(-1)  # (b, h, nq): rows with a visible key
     named = ("rows-sum-to-one" if (nan_rows & visible_rows).any() else "mask-convention" if nan_rows.any()
              else None)
-    return NotFinite(words, named if named in selected else None)
+    return NotFinite(words, named if named in selected else None, inputs=stage in ("queries", "keys", "values"))
 
 
-def _first_not_finite(recording: tracing.Recording, module: nn.Module) -> str | None:
+def _first_not_finite(recording: tracing.Recording, module: nn.Module) -> tuple[str | None, str | None]:
     """Words for the first recorded step of the forward (the attentions in order, each's stages in
     :data:`NOT_FINITE_STAGES` order) that holds NaN or ∞ — −∞ before the softmax is a mask —, where it is, the line
     that made it and, for weights whose row hides every key, why: "NaN first appears in the attention weights on line
-    30 (head 0, query 0: every key hidden, so its softmax is 0/0)"; None when no recorded step is."""
+    30 (head 0, query 0: every key hidden, so its softmax is 0/0)", and its stage; (None, None) when no recorded step
+    is."""
     own = tracing.class_file(module)
     for number, attention in enumerate(recording.attentions, start=1):
         for stage, name in NOT_FINITE_STAGES:
@@ -1874,8 +1876,8 @@ def _first_not_finite(recording: tracing.Recording, module: nn.Module) -> str | 
             at += f"{'position' if stage in ('queries', 'keys', 'values') else 'query'} {row}"
             if stage == "weights" and attention.masked_cells()[item, head, row].all():
                 at += ": every key hidden, so its softmax is 0/0"
-            return f"{'NaN' if tensor[bad].isnan().any() else '∞'} first appears in {name}{which}{place} ({at})"
-    return None
+            return f"{'NaN' if tensor[bad].isnan().any() else '∞'} first appears in {name}{which}{place} ({at})", stage
+    return None, None
 
 
 def _stage_op(recording: tracing.Recording, attention: tracing.Attention, stage: str) -> tracing.Op | None:

@@ -58,8 +58,13 @@ def rotary_placement(module: nn.Module, x: torch.Tensor, built_base: float | Non
     if any(stage is None or stage.shape[-2] != n for stage in stages):
         return Check(rule, "skip", "the module's Q, K and V could not be identified on one token repeated")
     queries, keys, values = (stage[0].float() for stage in stages)  # (h, n, d), (g, n, d), (g, n, dv)
-    scores = queries @ per_query_head(keys[None], queries[None])[0].transpose(-2, -1)  # (h, n, d) @ (h, d, n)
     on = f"on one token repeated at {n} positions"
+    unfinished = next((name for name, stage in zip(("queries", "keys", "values"), (queries, keys, values))
+                       if not torch.isfinite(stage).all()), None)
+    if unfinished is not None:  # NaN equals nothing: every score would seem to move
+        return Check(rule, "skip", f"not checked: {on} the {unfinished} hold NaN or ∞, and NaN equals nothing, "
+                                   "so how they turn with position cannot be seen — fix that, then check again")
+    scores = queries @ per_query_head(keys[None], queries[None])[0].transpose(-2, -1)  # (h, n, d) @ (h, d, n)
     moved = _moved_along_diagonal(scores)  # (head, query, key) or None
     side = None if moved is None else _rotated_side(queries, keys)
     findings = [] if side is None else [_diagonal_words(scores, moved, side, on)]

@@ -51,10 +51,12 @@ class NotFinite:
     so no change to it can be seen — not a pass.  ``words``: where the output is not finite and where the forward first
     made a value that is not (:func:`attnviz.checks.not_finite_output`); ``named_by``: the rule of this check that fails
     for that (then the verdict is a skip pointing to it), None when none of the rules checked does (then a fail, so
-    that the check never passes such a module)."""
+    that the check never passes such a module); ``inputs``: the first value that is not finite is in Q, K or V, so a
+    reference computed from them is not finite either."""
 
     words: str
     named_by: str | None = None
+    inputs: bool = False
 
     def verdict(self, rule: str) -> Check:
         """``rule``'s verdict: not checked, in a learner's words."""

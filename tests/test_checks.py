@@ -992,8 +992,8 @@ def test_nan_after_the_attention_is_named_not_passed():
         checks.check_module(um.NaNAfterAttention(d_in=16, d_out=16))
 
 
-DIAGONAL_NAN = ("the output is NaN at 2 of 16 positions (first: item 0, position 0), and NaN equals nothing, so no "
-                "change to it can be seen; NaN first appears in the attention weights on line {line} (head 0, query 0: "
+DIAGONAL_NAN = ("the output is NaN at 2 of 16 positions (first: item 0, position 0), and NaN equals nothing, so it "
+                "cannot be compared; NaN first appears in the attention weights on line {line} (head 0, query 0: "
                 "every key hidden, so its softmax is 0/0)")
 
 
@@ -1027,6 +1027,25 @@ def test_a_nan_output_from_a_later_layer_is_named_there():
     assert results["causal"] == checks.Check("causal", "fail", f"cannot be checked: {nan} — fix that, then check "
                                                                 "again")
     assert results["rows-sum-to-one"].status == results["mask-convention"].status == "pass"
+
+
+def test_nan_queries_are_not_checked_by_the_rules_that_compare_what_they_make():
+    """One weight of W_query is NaN (never initialised): the reference computed from the module's own Q is NaN too,
+    and matches-reference blamed a bias added to the scores; rotary-placement, every score seeming to move, blamed a
+    position embedding inside the module."""
+    torch.manual_seed(0)
+    module = um.LearnerRotaryGQA(16, 16, 16, 0.0, 4, num_kv_groups=2).eval()
+    with torch.no_grad():
+        module.W_query.weight[0, 0] = float("nan")
+    results = {c.rule: c for c in checks.check_module(module, rules=["rows-sum-to-one", "rotary-placement",
+                                                                     "matches-reference"])}
+    assert results["matches-reference"] == checks.Check(
+        "matches-reference", "skip", "not checked: the output is NaN at 16 of 16 positions (first: item 0, position "
+        "0), and NaN equals nothing, so it cannot be compared; NaN first appears in the queries (head 0, position 0) — "
+        "fix that (see rows-sum-to-one), then check again")
+    assert results["rotary-placement"] == checks.Check(
+        "rotary-placement", "skip", "not checked: on one token repeated at 8 positions the queries hold NaN or ∞, and "
+        "NaN equals nothing, so how they turn with position cannot be seen — fix that, then check again")
 
 
 def test_a_nan_output_is_not_passed_by_kv_cache():
