@@ -276,7 +276,10 @@ def position_loss(loss: np.ndarray, T: int, *, title: str = "loss at each positi
                   annotation_position="top right")
     fig.update_xaxes(title="position i (predicting token i+1)")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
-    margin = {"l": margins.beside(), "r": 10, "t": margins.title_top(size=14), "b": margins.across([], angle=0)}
+    finite = loss[np.isfinite(loss)]
+    high = float(finite.max()) if finite.size else 0.0  # the axis' top: the left margin holds its numbers
+    margin = {"l": margins.beside_numbers(0.0, high), "r": 10, "t": margins.title_top(size=14),
+              "b": margins.across([], angle=0)}
     fig.update_layout(title=margins.title(title, 14), height=margins.height(LOSS_PLOT_PX, margin), margin=margin,
                       showlegend=False)
     return fig

@@ -45,23 +45,37 @@ ABLATED_LOSS_PLOT_PX = 206  # the knocked-out and intact loss curves' plot
 
 
 def ablated_loss_figure(intact: np.ndarray, ablated: np.ndarray, T: int, label: str) -> go.Figure:
-    """The per-position loss (n−1,) intact and with ``label``'s heads knocked out, the second copy shaded."""
+    """The per-position loss (n−1,) intact and with ``label``'s heads knocked out, the second copy shaded.
+
+    The legend sits under the plot, one entry a row, each label broken into lines that fit the narrowest chart
+    (:data:`~attnviz.views.margins.PAGE_MIN_PX`), and the left margin holds the losses' numbers: the margins hold
+    the chart at any page width, so Plotly draws it once."""
     n = len(intact) + 1
+    margin = {"l": margins.beside_numbers(0.0, _highest(intact, ablated)), "r": 10,
+              "t": margins.title_top(size=14)}
+    plot_px = margins.PAGE_MIN_PX - margin["l"] - margin["r"]
     fig = go.Figure()
+    names = []
     for loss, name, color in ((intact, "intact", "#08519c"), (ablated, f"without {label}", "#cb181d")):
         second = repeat_halves(loss, T)[1]
+        names.append(margins.legend_label(f"{name} (second copy {second:.2f})", plot_px))
         fig.add_trace(go.Scatter(x=np.arange(n - 1), y=loss, mode="lines+markers", marker={"size": 4},
-                                 line={"color": color}, name=f"{name} (second copy {second:.2f})",
+                                 line={"color": color}, name=names[-1],
                                  hovertemplate="position %{x}<br>loss %{y:.3f}<extra>" + name + "</extra>"))
     fig.add_vrect(x0=n - T - 0.5, x1=n - 1.5, fillcolor="rgba(255, 200, 0, 0.12)", line_width=0)
     fig.update_xaxes(title="position i (predicting token i+1)")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
-    # b: the axis, then the legend's one row
-    margin = {"l": margins.beside(), "r": 10, "t": margins.title_top(size=14),
-              "b": margins.across([], angle=0) + margins.LEGEND_ROW_PX}
+    legend, legend_px = margins.legend_one_a_row(names)
+    margin["b"] = margins.across([], angle=0) + legend_px  # the axis, then the legend's rows
     fig.update_layout(title=margins.title("knocked out vs intact: the loss per position", 14),
-                      height=margins.height(ABLATED_LOSS_PLOT_PX, margin), margin=margin, legend=margins.LEGEND_AT_FOOT)
+                      height=margins.height(ABLATED_LOSS_PLOT_PX, margin), margin=margin, legend=legend)
     return fig
+
+
+def _highest(*losses: np.ndarray) -> float:
+    """The largest finite loss of ``losses`` (0 where none is finite): the top of an axis that starts at 0."""
+    finite = [float(np.max(loss[np.isfinite(loss)])) for loss in map(np.asarray, losses) if np.isfinite(loss).any()]
+    return max([0.0, *finite])
 
 
 def top_tokens_table(pieces: list[list[str]], probs: np.ndarray, rows: list[str]) -> pd.DataFrame:

@@ -28,6 +28,14 @@ LINE_PX = 26  # a line of tick labels, upright
 COLORBAR_PX = 100  # a vertical colour bar right of the plot: the bar, its tick labels and its title
 LEGEND_BELOW_PX = 50  # a one-row horizontal legend under the plot
 LEGEND_ROW_PX = 24  # a row of a horizontal legend
+LEGEND_ENTRY_PX = 20  # a row of a legend of one entry a row (Plotly draws them 19 px apart)
+LEGEND_PAD_PX = 10  # a legend's padding above and below its rows
+LEGEND_FONT_PX = 13  # a legend label's 12 px text, measured as a 13 px title's (Plotly's Open Sans is the wider)
+LEGEND_SAMPLE_PX = 45  # a legend entry's symbol and the gaps beside it, left of its label
+# px: the page's column beside the sidebar in an 800 px window: the narrowest a chart across the page is drawn, for
+# which such a chart breaks its titles and legend labels into lines and spaces its labels (a figure cannot ask the
+# browser its width)
+PAGE_MIN_PX = 468
 # A horizontal legend at the figure's foot, in the bottom margin (which must hold its rows): Plotly's automargin does
 # not move a legend placed on the container, where one placed under the plot (a paper position) makes it redraw.
 LEGEND_AT_FOOT = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0}
@@ -58,6 +66,44 @@ def beside(labels: Iterable[str] | None = None, *, title: bool = True) -> int:
     """The margin beside a vertical axis with these tick labels (``None``: numbers) and, if ``title``, a title."""
     width = NUMBER_PX if labels is None else text_px(labels)
     return TICK_PAD_PX + width + (TITLE_PX if title else 0)
+
+
+def number_labels(low: float, high: float) -> list[str]:
+    """The widest tick labels Plotly writes on a linear axis from ``low`` to ``high``: the numbers at a tenth of the
+    span, rounded down to 1, 2 or 5 × 10ⁿ (Plotly's own step is as fine or coarser, so its labels are as short or
+    shorter).  An empty list where the span is not a finite number (the caller falls back to :data:`NUMBER_PX`)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return []
+    span = high - low
+    if span <= 0:
+        return [f"{high:g}"]
+    rough = span / 10
+    power = 10 ** math.floor(math.log10(rough))
+    step = max(m * power for m in (1, 2, 5) if m * power <= rough)
+    decimals = max(0, -math.floor(math.log10(step)))
+    return [f"{value:.{decimals}f}".replace("-", "−") for value in (low, high, low + step, high - step)]
+
+
+def beside_numbers(low: float, high: float, *, title: bool = True) -> int:
+    """The margin beside a linear axis from ``low`` to ``high`` (its :func:`number_labels`) and, if ``title``, its
+    title: no wider than :func:`beside` for any number, narrower for short ones ("25", "0.3")."""
+    labels = number_labels(low, high)
+    width = min(text_px(labels), NUMBER_PX) if labels else NUMBER_PX
+    return TICK_PAD_PX + width + (TITLE_PX if title else 0)
+
+
+def legend_one_a_row(labels: Iterable[str]) -> tuple[dict, int]:
+    """A legend at the figure's foot of one entry a row (``entrywidth`` the plot's width), whatever the page's width,
+    and the px it takes: ``labels`` (lines split at ``<br>``) stacked."""
+    lines = sum(label.count("<br>") + 1 for label in labels)
+    return ({**LEGEND_AT_FOOT, "entrywidth": 1, "entrywidthmode": "fraction"},
+            lines * LEGEND_ENTRY_PX + LEGEND_PAD_PX)
+
+
+def legend_label(label: str, plot_px: float) -> str:
+    """A legend label in lines (``<br>``) that fit an entry ``plot_px`` wide beside its sample (Plotly neither wraps
+    a legend label nor cuts it short of the figure's edge)."""
+    return wrapped_title(label, plot_px - LEGEND_SAMPLE_PX + TITLE_INSET_PX, LEGEND_FONT_PX)
 
 
 def across(labels: Iterable[str], *, angle: float = 60, title: bool = True) -> int:

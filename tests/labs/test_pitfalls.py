@@ -28,7 +28,7 @@ from attnviz.labs.pitfalls import bugs, catalogue, detectors, leak, modern, work
 from attnviz.labs.pitfalls import figures as pitfall_figures
 from attnviz.labs.pitfalls.catalogue import PITFALLS
 from attnviz.rng import seeded
-from attnviz.views import figures
+from attnviz.views import figures, margins
 
 TIMEOUT = 120
 TEXT = "Your journey starts with one step and then another one"
@@ -429,8 +429,6 @@ def test_the_cache_figure_has_a_bar_per_cached_forward(lab):
     # two neighbours' size labels stand along their bars, not side by side in each other's way ("7e-077e-07")
     assert correct.textangle == buggy.textangle == -90
     # the title's lines fit a chart as narrow as a version's column (the page beside the sidebar at 900 px is wider)
-    from attnviz.views import margins
-
     lines = fig.layout.title.text.split("<br>")
     assert len(lines) > 1 and " ".join(lines).endswith("(sequence 1, then sequence 2 after the reset)")
     assert all(margins.title_px(line, 13) + margins.TITLE_INSET_PX <= figures.PAIR_MAP_PX for line in lines)
@@ -840,7 +838,7 @@ def test_leak_figure_colours_leaks_and_labels_exact_zeros():
 @pytest.mark.parametrize(("causal", "j"), [(False, 3), (True, 3), (True, 0), (True, 5)])
 def test_leak_figure_legend_says_what_every_colour_drawn_means(causal, j):
     """A student reads every bar's colour off the legend: the blue bars after the perturbed token too, and no entry
-    for a colour the chart does not draw (no red where nothing leaked)."""
+    for a colour the chart does not draw (no red where nothing leaked); the margin under the bars holds its rows."""
     report = leak.leak_report(mha(causal=causal), inputs(6), j)
     fig = pitfall_figures.leak_figure(report, list("abcdef"))
     bars = [trace for trace in fig.data if trace.type == "bar"]
@@ -851,6 +849,11 @@ def test_leak_figure_legend_says_what_every_colour_drawn_means(causal, j):
     if j < 5:
         assert "after" in legend[pitfall_figures.AFTER_COLOR]
     assert (pitfall_figures.LEAK_COLOR in legend) == bool(report["leaked"])
+    # one entry a row at any page width, in a margin under the turned labels that holds every row
+    layout = fig.layout
+    assert (layout.legend.entrywidth, layout.legend.entrywidthmode) == (1, "fraction")
+    assert layout.margin.b >= (margins.across(layout.xaxis.ticktext, title=False) + len(legend)
+                               * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX)
 
 
 @pytest.mark.parametrize(("key", "builder"), [("softmax_dim", pitfall_figures.row_sums_figure),

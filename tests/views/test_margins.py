@@ -84,11 +84,41 @@ def test_bar_and_line_charts_hold_their_numbers_titles_and_a_legend_at_their_foo
 
     loss = np.linspace(3.0, 1.0, 19)
     knocked = intervention_figures.ablated_loss_figure(loss, loss + 1, T=8, label="L0H1").layout
-    assert knocked.margin.l == margins.beside() and knocked.legend.yref == "container"
-    assert knocked.margin.b == margins.across([], angle=0) + margins.LEGEND_ROW_PX
+    assert knocked.margin.l == margins.beside_numbers(0, 4.0) < margins.beside()  # "4.0", not "−0.0025"
+    assert knocked.legend.yref == "container"
+    # one entry a row, at any page width: the margin holds both rows under the axis
+    assert (knocked.legend.entrywidth, knocked.legend.entrywidthmode) == (1, "fraction")
+    assert knocked.margin.b == margins.across([], angle=0) + 2 * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX
     bars = figures.entropy_bars(["·a", "·extraordinarily"], np.ones(2), np.ones(2)).layout
     assert bars.margin.b >= margins.across(["·extraordinarily"], title=False) + margins.LEGEND_ROW_PX
-    assert head_figures.position_loss(loss, 8).layout.margin.l == margins.beside()
+    assert head_figures.position_loss(loss * 10, 8).layout.margin.l == margins.beside(["30"])
+
+
+def test_a_number_axis_margin_holds_the_labels_plotly_writes_and_no_more():
+    """The left margin of a chart of numbers from 0 holds its tick labels at the finest step Plotly could pick,
+    "25" for losses up to 26, "0.36" for bars up to 0.38, and never more than any number's (NaN, ∞, 1e-7)."""
+    assert margins.number_labels(0, 26) == ["0", "26", "2", "24"]
+    assert margins.number_labels(0, 0.38) == ["0.00", "0.38", "0.02", "0.36"]
+    assert margins.beside_numbers(0, 26) == margins.beside(["25"]) < margins.beside_numbers(0, 0.38) < margins.beside()
+    for high in (float("nan"), float("inf"), 1e-7, 1234567.0):
+        assert margins.beside_numbers(0, high) == margins.beside()
+
+
+def test_a_long_knocked_out_label_breaks_into_legend_rows_the_margin_holds():
+    """Knocking out many heads names them all: the label breaks into lines that fit the narrowest page's plot, and
+    the margin under the axis holds every line, so Plotly neither cuts it nor draws the chart twice."""
+    from attnviz.views import intervention_figures
+
+    loss = np.linspace(3.0, 1.0, 19)
+    heads = ", ".join(f"L{layer}H{head}" for layer in range(4) for head in range(4))
+    layout = intervention_figures.ablated_loss_figure(loss, loss + 1, T=8, label=heads).layout
+    plot_px = margins.PAGE_MIN_PX - layout.margin.l - layout.margin.r
+    names = [trace.name for trace in intervention_figures.ablated_loss_figure(loss, loss + 1, T=8, label=heads).data]
+    lines = [line for name in names for line in name.split("<br>")]
+    assert len(lines) > 2 and all(margins.title_px(line, margins.LEGEND_FONT_PX) + margins.LEGEND_SAMPLE_PX
+                                  <= plot_px for line in lines)
+    assert "".join(lines).replace(" ", "") == "".join(names).replace("<br>", "").replace(" ", "")  # nothing dropped
+    assert layout.margin.b == margins.across([], angle=0) + len(lines) * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX
 
 
 def test_a_long_token_is_cut_in_its_tick_label_and_whole_in_its_hover():

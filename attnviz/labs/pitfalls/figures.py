@@ -48,17 +48,25 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
 
 
 def _bar_layout(title: str, labels: list[str], y_title: str, *, legend: bool = True,
-                above_plot: int = 0, angle: float = 60) -> dict:
+                above_plot: int = 0, angle: float = 60, high: float | None = None,
+                legend_labels: list[str] | None = None) -> dict:
     """A bar chart's layout: its title under the modebar's row, on as many lines as a chart
     :data:`~attnviz.views.figures.PAIR_MAP_PX` wide needs (the page's column beside the sidebar in a 900 px window is
     wider), ``above_plot`` px under it, ``labels`` under the bars (turned ``angle``°) and, with ``legend``, the legend
-    at the figure's foot; margins that hold them all, so Plotly draws the chart once."""
+    at the figure's foot; margins that hold them all, so Plotly draws the chart once.  ``high``: the tallest bar, whose
+    numbers the left margin is made for (None: any number's width).  ``legend_labels``: the legend's entries, one a
+    row whatever the page's width (None: two rows, which two or three short series fill)."""
     title = margins.wrapped_title(title, figures.PAIR_MAP_PX, 13)
     top = margins.title_top(title.count("<br>") + 1, size=13, above_plot=above_plot)
-    below = margins.across(labels, angle=angle, title=False) + (LEGEND_PX if legend else 0)
+    if legend_labels is not None:
+        legend_layout, legend_px = margins.legend_one_a_row(legend_labels)
+    else:
+        legend_layout, legend_px = margins.LEGEND_AT_FOOT, LEGEND_PX
+    below = margins.across(labels, angle=angle, title=False) + (legend_px if legend else 0)
+    left = margins.beside() if high is None else margins.beside_numbers(0.0, high)
     return {"title": margins.title(title, 13), "yaxis_title": y_title, "height": 190 + top + below,
-            "margin": {"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top, "b": below},
-            **({"legend": margins.LEGEND_AT_FOOT} if legend else {"showlegend": False})}
+            "margin": {"l": left, "r": margins.TURNED_LABELS_PX, "t": top, "b": below},
+            **({"legend": legend_layout} if legend else {"showlegend": False})}
 
 
 def _bars(tokens, series: list[tuple[str, np.ndarray, str]], title: str, y_title: str,
@@ -112,7 +120,8 @@ def call_difference_figure(result: PitfallResult, tokens) -> go.Figure:
 def leak_figure(report: dict, tokens) -> go.Figure:
     """|Δ output| per position after perturbing token j, each bar coloured by what it means: orange = token j, grey =
     before it and exactly 0, red = before it and moved (a leak), blue = after it (free to move).  The legend names
-    every colour the chart draws, and only those (its entries are markers with no data: the bars stay one trace)."""
+    every colour the chart draws, and only those (its entries are markers with no data: the bars stay one trace), one
+    a row, so that the margin under the bars holds it at any page width; the left margin holds the bars' numbers."""
     delta, j = report["delta"], report["j"]
     leaked = set(report["leaked"])
     labels = figures.position_labels(tokens)[: len(delta)]
@@ -124,12 +133,14 @@ def leak_figure(report: dict, tokens) -> go.Figure:
     fig = go.Figure(go.Bar(x=labels, y=shown, marker_color=colors, text=text, textposition="outside",
                            cliponaxis=False, showlegend=False,
                            hovertemplate="%{x}<br>max |Δ output| %{text}<extra></extra>"))
+    meanings = [meaning for color, meaning in LEAK_LEGEND.items() if color in colors]
     for color, meaning in LEAK_LEGEND.items():
         if color in colors:
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=meaning, hoverinfo="skip",
                                      marker={"symbol": "square", "size": 12, "color": color}))
     fig.update_layout(**_bar_layout(f"perturb token {j} — max |Δ output| at every position", ticktext,
-                                    "max |Δ output|", above_plot=10))
+                                    "max |Δ output|", above_plot=10, high=float(shown.max(initial=0.0)),
+                                    legend_labels=meanings))
     fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels, ticktext=ticktext)
     return fig
 

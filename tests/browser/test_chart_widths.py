@@ -1,0 +1,57 @@
+"""Charts across the page in a real Chromium at 800 and 1,400 px: the Compare page's saturation chart, the Induction
+lab's loss charts and the Pitfall lab's leak bars fill the page's column, drawn once in the margins they asked for
+(nothing Plotly had to widen at a narrow window: a tick label past the edge, a legend on more rows than its margin
+holds), their legend clear of the axis above it."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import pytest
+from helpers.browser import visit
+
+pytestmark = pytest.mark.browser
+
+BUNDLED = urllib.parse.quote("bundled model")
+
+# each chart's column, the margins its figure asked for and those Plotly drew, its plot, its legend's box and the foot
+# of what its x axes write under the plot, labels and titles (the figure's coordinates)
+_CHARTS = """(titles) => [...document.querySelectorAll('[data-testid=stPlotlyChart]')].flatMap((chart) => {
+  const gd = chart.querySelector('.js-plotly-plot');
+  const layout = gd && gd._fullLayout;
+  const title = ((layout && layout.title && layout.title.text) || '').replace(/<[^>]*>/g, ' ');
+  if (!layout || !titles.some((t) => title.includes(t))) return [];
+  const column = chart.closest('[data-testid=stVerticalBlock]').getBoundingClientRect();
+  const figure = gd.getBoundingClientRect();
+  const box = (el) => { if (!el) return null; const b = el.getBoundingClientRect();
+    return {top: b.top - figure.top, bottom: b.bottom - figure.top}; };
+  const under = [...gd.querySelectorAll('g.xaxislayer-above text, text.xtitle, text.x2title, text.x3title')]
+    .map(box);
+  return [{title, column: column.width, figure: figure.width, height: figure.height,
+           asked: {l: layout.margin.l, r: layout.margin.r, t: layout.margin.t, b: layout.margin.b},
+           drawn: {l: layout._size.l, r: layout._size.r, t: layout._size.t, b: layout._size.b},
+           plot: layout._size.w, legend: box(gd.querySelector('.legend')),
+           axisBottom: Math.max(0, ...under.map((b) => b.bottom))}];
+})"""
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+@pytest.mark.parametrize(("route", "titles"), [
+    ("compare", ["Softmax saturation"]),
+    (f"induction?weights={BUNDLED}", ["loss at each position", "knocked out vs intact"]),
+    ("pitfalls", ["perturb token"]),
+], ids=["compare saturation", "induction losses", "pitfall leak bars"])
+def test_a_chart_across_the_page_fills_its_column_in_the_margins_it_asked_for(page, base_url, route, titles, width):
+    page.set_viewport_size({"width": width, "height": 1000})
+    visit(page, f"{base_url}/{route}")
+    charts = page.evaluate(_CHARTS, titles)
+    assert len(charts) == len(titles), [chart["title"] for chart in charts]
+    for chart in charts:
+        name = chart["title"][:40]
+        assert abs(chart["figure"] - chart["column"]) <= 1, (name, chart)  # across its column, no wider
+        assert chart["drawn"] == chart["asked"], (name, chart)  # drawn once: no margin grown
+        # the plot takes the column but for the margins it asked for: no band Plotly added beside or under it
+        assert abs(chart["plot"] - (chart["column"] - chart["asked"]["l"] - chart["asked"]["r"])) <= 1, (name, chart)
+        legend = chart["legend"]
+        if legend is not None:  # under the axis title, inside the figure
+            assert chart["axisBottom"] <= legend["top"] and legend["bottom"] <= chart["height"] + 1, (name, chart)
