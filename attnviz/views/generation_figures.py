@@ -79,14 +79,22 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
     # the key labels first: the left margin holds the query labels, and the plot's width what is left of the map's
     query_shown = [query_labels[i] for i in tick_positions(0, len(query_labels), 24).tolist()]
     plot_width = ROWS_MIN_WIDTH - margins.beside(query_shown) - margins.COLORBAR_PX
-    key_ticks = tick_positions(0, len(key_labels), max(2, min(20, plot_width // KEY_LABEL_PX))).tolist()
-    layout["margin"]["b"] = margins.across([key_labels[i] for i in key_ticks], angle=90)
-    plot_height = ROWS_HEIGHT - layout["margin"]["t"] - layout["margin"]["b"]
-    # a cell's width and height: square, across the width where the rows fit the height, else as tall as they fit
-    key_px = min(plot_width / n_keys, plot_height / steps)
+    # the key labels the map's width holds, and the room under the map for those same labels: a taller room leaves a
+    # shorter plot, whose rows may then narrow the map (square cells) to fewer labels, so the room is found first
+    # growing, never shrinking, until it holds the labels of the map it leaves
+    bottom = margins.across([], angle=90)
+    while True:
+        plot_height = ROWS_HEIGHT - layout["margin"]["t"] - bottom
+        # a cell's width and height: square, across the width where the rows fit the height, else as tall as they fit
+        key_px = min(plot_width / n_keys, plot_height / steps)
+        map_width = math.ceil(key_px * n_keys)
+        key_ticks = tick_positions(0, len(key_labels), max(2, min(20, map_width // KEY_LABEL_PX))).tolist()
+        needed = margins.across([key_labels[i] for i in key_ticks], angle=90)
+        if needed <= bottom:
+            break
+        bottom = needed
+    layout["margin"]["b"] = bottom
     row_px = min(max(key_px, MIN_ROW_PX, MIN_MAP_PX / steps), plot_height / steps)
-    map_width = math.ceil(key_px * n_keys)
-    key_ticks = tick_positions(0, len(key_labels), max(2, min(20, map_width // KEY_LABEL_PX))).tolist()
     query_ticks = tick_positions(0, len(query_labels), max(1, min(24, plot_height // QUERY_LABEL_PX))).tolist()
     for name, labels, title_text, shown, extra in (
             ("x", key_labels, "key (cached token)", key_ticks, {"tickangle": -90, "constrain": "domain",

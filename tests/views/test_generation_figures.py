@@ -108,3 +108,18 @@ def test_rows_figure_cells_are_square_as_the_attention_maps_and_a_row_is_never_a
         key_px = (long_prompt.width - long_prompt.margin.l - long_prompt.margin.r) / (1024 + steps)
         row_px = long_prompt.yaxis.scaleratio * key_px
         assert row_px >= generation_figures.MIN_ROW_PX and steps * row_px >= generation_figures.MIN_MAP_PX, steps
+
+
+def test_rows_figure_makes_room_under_the_map_for_the_key_labels_it_shows():
+    """Many rows over few keys: the rows' height narrows the map (square cells), which then holds fewer key labels than
+    the chart's width would; the labels shown are the ones the room under the map is made for, so a long key label
+    among them is whole, not run past the figure's foot, wherever it stands."""
+    n_keys, steps = 30, 40
+    z = generation_figures.new_rows([np.full(n_keys, 1 / n_keys)] * steps, n_keys)
+    for long in range(12):  # the keys the narrow map labels (every 3rd or 4th) and those it does not
+        keys = [f"{i}:·a" for i in range(n_keys)]
+        keys[long] = f"{long}:·extraordinarily"
+        layout = generation_figures.rows_figure(z, keys[:steps], keys, prompt_length=n_keys, title="rows").layout
+        shown = list(layout.xaxis.ticktext)
+        assert len(shown) < n_keys // 2  # a narrow map: fewer labels than every other key
+        assert layout.margin.b >= margins.across(shown, angle=90), (long, shown)
