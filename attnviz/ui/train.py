@@ -344,7 +344,8 @@ def _live() -> None:
     if status in ("running", "stopping") and view.before is not None:
         before = _kept("before", view.before, (), None, lambda: head_figures.stripe_grid(
             view.before, live_train.SNAPSHOT_T, title="before training: every head on a repeated random sequence"))
-        st.plotly_chart(before, config=plotly_config("attnviz-heads-before"), key="train_before_live")
+        st.plotly_chart(before, config=plotly_config("attnviz-heads-before"), key="train_before_live",
+                        width=head_figures.STRIPE_GRID_PX)  # the width its square tiles are made for (one element)
     else:
         st.empty()
 
@@ -410,7 +411,9 @@ def results() -> None:
                "twice), which the model never trained on. The red line is the induction stripe A[i, i−T+1]: "
                "an induction head lights it up on the second copy; a previous-token head lights up the "
                "diagonal just below the main one. Tile titles: the head's type at the last probe (— for none).")
-    before_col, after_col = st.columns(2)
+    row = st.container(horizontal=True, gap="medium")  # side by side where two fit, else one above the other
+    # columns the width the grids' square tiles are made for
+    before_col, after_col = (row.container(width=head_figures.STRIPE_GRID_PX) for _ in range(2))
     notes = run.type_notes() or None
     blank = None if notes is None else [["" for _ in row] for row in notes]  # the after grid's title lines: aligned
     before_col.plotly_chart(head_figures.stripe_grid(run.before, live_train.SNAPSHOT_T, notes=blank,

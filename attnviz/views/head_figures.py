@@ -13,6 +13,8 @@ No model runs here and no Streamlit (as ``attnviz.views.figures``):
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
@@ -21,7 +23,7 @@ from plotly.subplots import make_subplots
 from attnviz.head_types import repeat_halves
 from attnviz.trace import window_band
 from attnviz.views import margins
-from attnviz.views.figures import WEIGHT_SCALE, attention_heatmap
+from attnviz.views.figures import PAIR_MAP_PX, WEIGHT_SCALE, attention_heatmap
 
 STRIPE_COLOR = "#ff2d55"
 REPEAT_FILL = "rgba(255, 45, 85, 0.08)"
@@ -77,17 +79,31 @@ def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: fl
     return fig
 
 
-def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figure:
+STRIPE_GRID_PX = PAIR_MAP_PX  # px: a before/after grid's column, as a pair of token maps' (side by side where both fit)
+STRIPE_GRID_GAP_PX = 6  # between two tiles of a row
+STRIPE_GRID_MARGIN_PX = 10  # the grid's left, right and bottom margins
+
+
+def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None, width: int = STRIPE_GRID_PX) -> go.Figure:
     """Every head's weights (layers, heads, n, n) as small maps in a layers × heads grid, each with its
-    induction stripe; ``notes`` (layers × heads strings, e.g. the head's type) go into the tile titles."""
+    induction stripe; ``notes`` (layers × heads strings, e.g. the head's type) go into the tile titles.
+
+    The tiles are square, as every token map's (each subplot's ``yaxis.scaleanchor`` its x axis, ``constrain``
+    "domain"), and, drawn in a column ``width`` px wide, fill it: the figure is as tall as a row of square tiles across
+    that width needs, with its tiles' titles above each row."""
     layers, heads, n, _ = maps.shape
     names = []
     for layer in range(layers):
         for head in range(heads):
             extra = f"<br>{notes[layer][head]}" if notes is not None else ""  # second line: fits a narrow tile
             names.append(head_name(layer, head) + extra)
-    fig = make_subplots(rows=layers, cols=heads, subplot_titles=names, horizontal_spacing=0.02,
-                        vertical_spacing=(0.14 if notes is not None else 0.08) if layers > 1 else 0.0)
+    top = margins.title_top(size=14, above_plot=margins.SUBPLOT_TITLE_PX * (2 if notes is not None else 1))
+    plot_w = width - 2 * STRIPE_GRID_MARGIN_PX
+    tile = (plot_w - (heads - 1) * STRIPE_GRID_GAP_PX) / heads  # px: a tile's side
+    between = top - margins.title_top(size=14) + STRIPE_GRID_GAP_PX  # px: a row's titles and a gap above them
+    plot_h = layers * tile + (layers - 1) * between
+    fig = make_subplots(rows=layers, cols=heads, subplot_titles=names, horizontal_spacing=STRIPE_GRID_GAP_PX / plot_w,
+                        vertical_spacing=between / plot_h if layers > 1 else 0.0)
     rows, cols = stripe_cells(n, T)
     upper = np.triu(np.ones((n, n), dtype=bool), k=1)
     for layer in range(layers):
@@ -100,13 +116,18 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figur
                           row=layer + 1, col=head + 1)
             fig.add_trace(go.Scatter(x=cols, y=rows, mode="lines", line={"color": STRIPE_COLOR, "width": 1},
                                      opacity=0.5, showlegend=False, hoverinfo="skip"), row=layer + 1, col=head + 1)
-    fig.update_xaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False, range=[-0.5, n - 0.5])
-    fig.update_yaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False, range=[n - 0.5, -0.5])
+    fig.update_xaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False, range=[-0.5, n - 0.5],
+                     constrain="domain")
+    fig.update_yaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False, range=[n - 0.5, -0.5],
+                     constrain="domain")
+    for index in range(layers * heads):  # each tile's y axis keeps its x axis' scale: square cells
+        suffix = "" if index == 0 else str(index + 1)
+        fig.layout[f"yaxis{suffix}"].scaleanchor = f"x{suffix}"
     fig.update_annotations(font={"size": 11})
-    top = margins.title_top(size=14, above_plot=margins.SUBPLOT_TITLE_PX * (2 if notes is not None else 1))
-    fig.update_layout(title=margins.title(title, 14),
-                      height=top - 10 + 190 * layers,
-                      margin={"l": 10, "r": 10, "t": top, "b": 10}, plot_bgcolor="#e8e8e8")
+    # pad 0: Plotly grows each tile's grey background by the pad, into a band across the row and past the tiles
+    margin = {"l": STRIPE_GRID_MARGIN_PX, "r": STRIPE_GRID_MARGIN_PX, "t": top, "b": STRIPE_GRID_MARGIN_PX, "pad": 0}
+    fig.update_layout(title=margins.title(title, 14), height=math.ceil(margins.height(plot_h, margin)),
+                      margin=margin, plot_bgcolor="#e8e8e8")
     return fig
 
 

@@ -38,6 +38,37 @@ def step_shown(page) -> int:
     return page.evaluate(_STEP)
 
 
+# the before/after grids: each one's column and figure width, its plot's left and width, and every tile's left, width,
+# top and height in px
+_GRIDS = """() => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stPlotlyChart]')].flatMap((c) => {
+  const title = c.querySelector('.gtitle')?.textContent || '';
+  if (!/^(before \\(step 0\\)|after \\d+ steps)$/.test(title)) return [];
+  const layout = c.querySelector('.js-plotly-plot')._fullLayout;
+  const tiles = Object.keys(layout).filter((key) => /^xaxis\\d*$/.test(key)).map((key) => {
+    const x = layout[key], y = layout['y' + key.slice(1)];
+    return [x._offset, x._length, y._offset, y._length];
+  });
+  const column = c.closest('[data-testid=stVerticalBlock]').getBoundingClientRect().width;
+  return [{title, column, figure: layout.width, left: layout._size.l, plot: layout._size.w, tiles}];
+})"""
+
+
+def assert_square_tiles(page, width: int) -> None:
+    """At a window ``width`` px wide: the before and after grids each fill their column, every head's tile square, a
+    row of tiles across the plot."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.wait_for_timeout(500)  # Plotly redraws on resize
+    wait_idle(page)
+    grids = page.evaluate(_GRIDS)
+    assert len(grids) == 2, grids
+    for grid in grids:
+        assert abs(grid["figure"] - grid["column"]) <= 1, (width, grid)
+        assert all(abs(w - h) <= 1 for _, w, _, h in grid["tiles"]), (width, grid)  # no band above or below cells
+        first_row = [tile for tile in grid["tiles"] if abs(tile[2] - grid["tiles"][0][2]) < 1]
+        start, end = min(x for x, *_ in first_row), max(x + w for x, w, *_ in first_row)
+        assert abs(start - grid["left"]) <= 2 and abs(end - grid["left"] - grid["plot"]) <= 2, (width, grid)
+
+
 @pytest.mark.parametrize("box", ["Training steps", "Seed"])
 def test_a_number_past_what_a_browsers_number_holds_is_sent_and_start_trains_nothing_saying_why(page, base_url, box):
     """A whole number past 2**53 typed in a box, and Start clicked at once: the box sends what it shows, so Start
@@ -99,6 +130,8 @@ def test_training_updates_live_and_stops_and_the_model_becomes_weights(page, bas
     final = step_shown(page)
     assert stopped_at <= final < STEPS
     expect(main.get_by_text("The heads before and after")).to_be_visible()
+    for width in (800, 1400):  # the maps before and after: square tiles filling their column
+        assert_square_tiles(page, width)
     option = f"trained: stopped at step {final} of {STEPS}, seed 0"
     expect(main.get_by_test_id("stAlert").filter(has_text=option)).to_be_visible()
     expect(main.get_by_role("button", name=re.compile("Download the trained model"))).to_be_visible()

@@ -306,6 +306,31 @@ def test_every_token_map_has_square_cells_that_fill_its_column():
     assert heights["Steps pair"] == heights["difference"] < heights["Steps pair, two title lines"]
 
 
+@pytest.mark.parametrize(("layers", "heads", "noted"), [(2, 4, True), (2, 4, False), (1, 2, True), (3, 8, True)])
+def test_the_train_pages_before_and_after_tiles_are_square_and_fill_their_column(layers, heads, noted):
+    """The Train page's grids of every head (before and after training) draw each head's map square, as every other
+    token map, in the column the page gives them: a row of tiles spans the column, and each tile is as tall as wide
+    (its y axis keeps its x axis' scale), its titles above it."""
+    from attnviz.views import head_figures
+
+    maps = np.tril(np.ones((layers, heads, 9, 9)))
+    notes = [["previous-token 0.50"] * heads for _ in range(layers)] if noted else None
+    layout = head_figures.stripe_grid(maps, 4, title="after 400 steps", notes=notes).layout
+    width = head_figures.STRIPE_GRID_PX
+    plot_w, plot_h = width - layout.margin.l - layout.margin.r, layout.height - layout.margin.t - layout.margin.b
+    for index in range(layers * heads):
+        suffix = "" if index == 0 else str(index + 1)
+        x, y = layout[f"xaxis{suffix}"], layout[f"yaxis{suffix}"]
+        assert y.scaleanchor == f"x{suffix}" and x.constrain == y.constrain == "domain"
+        tile_w, tile_h = (x.domain[1] - x.domain[0]) * plot_w, (y.domain[1] - y.domain[0]) * plot_h
+        assert abs(tile_w - tile_h) <= 1, (index, tile_w, tile_h)  # square: no band above or below the cells
+    row = [layout[f"xaxis{'' if i == 0 else i + 1}"].domain for i in range(heads)]
+    assert row[0][0] == 0 and row[-1][1] == pytest.approx(1)  # the tiles span the column
+    if layers > 1:  # between two rows, room for the lower row's titles
+        room = (layout.yaxis.domain[0] - layout[f"yaxis{heads + 1}"].domain[1]) * plot_h
+        assert room >= margins.SUBPLOT_TITLE_PX * (2 if noted else 1)
+
+
 @pytest.mark.parametrize("n", [2, 1024])
 def test_a_token_map_in_a_column_is_square_from_2_tokens_to_1024(n):
     """A map of 2 tokens and one of 1,024 in the Steps page's column: square cells across the column, and as many
