@@ -1,7 +1,7 @@
 """Charts across the page in a real Chromium at 800 and 1,400 px: the Compare page's saturation chart, the Induction
-lab's loss charts and the Pitfall lab's leak bars fill the page's column, drawn once in the margins they asked for
-(nothing Plotly had to widen at a narrow window: a tick label past the edge, a legend on more rows than its margin
-holds), their legend clear of the axis above it."""
+lab's loss charts, the Pitfall lab's leak bars and a bug's bars fill the page's column, drawn once in the margins they
+asked for (nothing Plotly had to widen at a narrow window: a tick label past the edge, a legend on more rows than its
+margin holds), their legend clear of the axis above it."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ _CHARTS = """(titles) => [...document.querySelectorAll('[data-testid=stPlotlyCha
     ("compare", ["Softmax saturation"]),
     (f"induction?weights={BUNDLED}", ["loss at each position", "knocked out vs intact"]),
     ("pitfalls", ["perturb token"]),
-], ids=["compare saturation", "induction losses", "pitfall leak bars"])
+    ("pitfalls?bug=rope_queries_only", ["the first token at every position"]),  # three series in its legend
+], ids=["compare saturation", "induction losses", "pitfall leak bars", "pitfall rotary bars"])
 def test_a_chart_across_the_page_fills_its_column_in_the_margins_it_asked_for(page, base_url, route, titles, width):
     page.set_viewport_size({"width": width, "height": 1000})
     visit(page, f"{base_url}/{route}")

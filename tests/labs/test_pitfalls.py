@@ -873,6 +873,13 @@ def test_extra_figure_is_the_pitfalls_own_chart_or_none(lab):
         "softmax_dim", "scale_d_out", "forgot_eval", "rope_queries_only", "rope_values", "cache_position",
         "cache_reset", "cache_too_little"}
     assert kinds["scale_d_out"].data[0].name == "÷√head_dim = ÷√8"
+    # a bar chart a token (not the cache's steps): its legend one series a row at any page width, in a margin under
+    # the turned token labels that holds every row (three series side by side wrap onto three rows at 800 px)
+    for key in ("softmax_dim", "scale_d_out", "forgot_eval", "rope_queries_only", "rope_values"):
+        layout, series = kinds[key].layout, [trace for trace in kinds[key].data if trace.type == "bar"]
+        assert (layout.legend.entrywidth, layout.legend.entrywidthmode) == (1, "fraction"), key
+        assert layout.margin.b >= (margins.across(layout.xaxis.ticktext, title=False) + len(series)
+                                   * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX), key
 
 
 # ============================== on the app's Trace ==============================

@@ -78,7 +78,9 @@ def _bars(tokens, series: list[tuple[str, np.ndarray, str]], title: str, y_title
     if reference is not None:
         fig.add_hline(y=reference, line_dash="dot", line_color="black")
     ticktext = [figures.safe_label(t) for t in tokens[: len(series[0][1])]]
-    fig.update_layout(barmode="group", **_bar_layout(title, ticktext, y_title))
+    # the legend one series a row, whatever the page's width (a narrow page's column wraps three onto three rows)
+    fig.update_layout(barmode="group", **_bar_layout(title, ticktext, y_title,
+                                                     legend_labels=[trace.name for trace in fig.data]))
     fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels[: len(series[0][1])],
                      ticktext=ticktext)
     return fig
