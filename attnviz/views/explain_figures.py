@@ -134,10 +134,10 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
     layout = {
         "title": margins.title(title, 13, subtitle={"text": subtitle, "font": {"size": 11}}),
         "height": height + top - 120, "margin": {"l": margin_l, "r": margin_r, "t": top,
-                                                "b": margins.across([], angle=0)},
+                                                "b": margins.under_axis()},
         "showlegend": False, "bargap": 0.1,
         "uniformtext": {"minsize": 10, "mode": "show"},
-        "xaxis": {"title": {"text": f"dimension d (0 … {explanation.head_dim - 1})"}, "zeroline": False},
+        "xaxis": {"title": margins.axis_title(f"dimension d (0 … {explanation.head_dim - 1})"), "zeroline": False},
         "yaxis": {"title": {"text": "q[d]·k[d]"}, "zeroline": True},
         "meta": {"largest": largest, "named": named, "score": explanation.score, "divisor": explanation.divisor},
     }

@@ -700,10 +700,10 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
     ))
     fig.update_yaxes(autorange="reversed", type="category")
     pooled = f", mean of {col_block} per cell" if col_block > 1 else ""
-    fig.update_xaxes(title=f"embedding dimension (d_in = {dim})" + pooled)
+    fig.update_xaxes(title=margins.axis_title(f"embedding dimension (d_in = {dim}){pooled}"))
     # margins that hold the title, the token labels, the colour bar and the dimension axis (views/margins.py)
     margin = {"l": margins.beside(y, title=False), "r": margins.COLORBAR_PX, "t": margins.title_top(size=13),
-              "b": margins.across([], angle=0)}
+              "b": margins.under_axis(ticks_out=True)}  # a heatmap's axes draw their ticks outward
     fig.update_layout(title=margins.title(title, 13), height=margins.height(plot_px, margin), margin=margin)
     return fig
 
@@ -759,8 +759,8 @@ def benchmark_bars(rows, about: str) -> go.Figure:
     ))
     fig.update_yaxes(autorange="reversed")
     margin = {"l": margins.beside([row.name for row in rows], title=False), "r": 10, "t": margins.title_top(),
-              "b": margins.across([], angle=0)}
+              "b": margins.under_axis()}
     fig.update_layout(title=margins.title(f"median forward time ({about})"),
-                      xaxis_title="milliseconds (lower is faster)", height=margins.height(BENCHMARK_PLOT_PX, margin),
-                      margin=margin)
+                      xaxis_title=margins.axis_title("milliseconds (lower is faster)"),
+                      height=margins.height(BENCHMARK_PLOT_PX, margin), margin=margin)
     return fig

@@ -188,7 +188,7 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     if marker_at:
         fig.add_vline(x=marker_at, line={"color": "#636363", "width": 1, "dash": "dot"})
     ticks = _length_ticks(lengths)
-    fig.update_xaxes(type="log", title="context length (tokens)", tickvals=ticks,
+    fig.update_xaxes(type="log", title=margins.axis_title("context length (tokens)"), tickvals=ticks,
                      ticktext=[f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}" for n in ticks])
     # a label at each power of 10 only ("1M", "10M", "100M", "1G": SI, so a billion bytes is not "1B"): Plotly's own
     # log ticks add 2 and 5 between them, and "2 100M 5 2 10M" reads as one run of numbers
@@ -199,7 +199,7 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     # margins that hold the title (in lines that fit the narrowest chart), the legend and the labels
     title = margins.wrapped_title(title, COST_MIN_WIDTH, 14)
     margin = {"l": margins.beside(), "r": COST_RIGHT_PX, "t": margins.title_top(title.count("<br>") + 1, size=14),
-              "b": margins.across([], angle=0) + legend_px}
+              "b": margins.under_axis() + legend_px}
     fig.update_layout(title=margins.title(title, 14), height=margins.height(COST_PLOT_PX, margin),
                       legend={**margins.LEGEND_AT_FOOT, "entrywidth": 1, "entrywidthmode": "fraction"}, margin=margin)
     return fig

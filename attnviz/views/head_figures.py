@@ -195,10 +195,10 @@ def loss_curve(steps, loss, *, total_steps: int | None = None, stride: int = 1,
                              hovertemplate="step %{x}<br>mean loss %{y:.3f}<extra></extra>"))
     if total_steps:
         fig.update_xaxes(range=[0, max(1, total_steps - 1)])
-    fig.update_xaxes(title="step")
+    fig.update_xaxes(title=margins.axis_title("step"))
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
     margin = {"l": margins.beside(), "r": 10, "t": margins.title_top(size=14, above_plot=margins.LEGEND_ROW_PX),
-              "b": margins.across([], angle=0)}
+              "b": margins.under_axis()}
     fig.update_layout(title=margins.title(title, 14), height=margins.height(LOSS_PLOT_PX, margin), margin=margin,
                       legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"})
     return set_loss_curve(fig, steps, loss, stride=stride)
@@ -243,11 +243,11 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
             fig.add_hline(y=threshold, line={"dash": "dot", "color": "grey", "width": 1}, row=1, col=col)
     if total_steps:
         fig.update_xaxes(range=[0, max(1, total_steps - 1)])
-    fig.update_xaxes(title="step")
+    fig.update_xaxes(title=margins.axis_title("step"))
     fig.update_yaxes(range=[0, 1.02])
     names = [head_name(layer, head) for layer, head, _ in _score_lines(*induction.shape[1:])] if induction.size else []
     # under the modebar's row, the panels' two-line titles
-    top, bottom = margins.MODEBAR_PX + 2 * margins.SUBPLOT_TITLE_PX, margins.across([], angle=0)
+    top, bottom = margins.MODEBAR_PX + 2 * margins.SUBPLOT_TITLE_PX, margins.under_axis()
     # the plot holds the legend: an entry a head, and its title
     margin = {"l": margins.beside(), "r": LEGEND_BESIDE_PX + margins.text_px(names), "t": top, "b": bottom}
     fig.update_layout(height=margins.height(max(SCORES_PLOT_PX, LEGEND_ENTRY_PX * (len(names) + 1)), margin),
@@ -295,12 +295,12 @@ def position_loss(loss: np.ndarray, T: int, *, title: str = "loss at each positi
                   annotation_text=f"second copy: mean {second:.2f}", annotation_position="top left")
     fig.add_hline(y=first, line={"dash": "dot", "color": "grey"}, annotation_text=f"before: mean {first:.2f}",
                   annotation_position="top right")
-    fig.update_xaxes(title="position i (predicting token i+1)")
+    fig.update_xaxes(title=margins.axis_title("position i (predicting token i+1)"))
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
     finite = loss[np.isfinite(loss)]
     high = float(finite.max()) if finite.size else 0.0  # the axis' top: the left margin holds its numbers
     margin = {"l": margins.beside_numbers(0.0, high), "r": 10, "t": margins.title_top(size=14),
-              "b": margins.across([], angle=0)}
+              "b": margins.under_axis()}
     fig.update_layout(title=margins.title(title, 14), height=margins.height(LOSS_PLOT_PX, margin), margin=margin,
                       showlegend=False)
     return fig

@@ -63,10 +63,10 @@ def ablated_loss_figure(intact: np.ndarray, ablated: np.ndarray, T: int, label: 
                                  line={"color": color}, name=names[-1],
                                  hovertemplate="position %{x}<br>loss %{y:.3f}<extra>" + name + "</extra>"))
     fig.add_vrect(x0=n - T - 0.5, x1=n - 1.5, fillcolor="rgba(255, 200, 0, 0.12)", line_width=0)
-    fig.update_xaxes(title="position i (predicting token i+1)")
+    fig.update_xaxes(title=margins.axis_title("position i (predicting token i+1)"))
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
     legend, legend_px = margins.legend_one_a_row(names)
-    margin["b"] = margins.across([], angle=0) + legend_px  # the axis, then the legend's rows
+    margin["b"] = margins.under_axis() + legend_px  # the axis, then the legend's rows
     fig.update_layout(title=margins.title("knocked out vs intact: the loss per position", 14),
                       height=margins.height(ABLATED_LOSS_PLOT_PX, margin), margin=margin, legend=legend)
     return fig

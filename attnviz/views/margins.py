@@ -25,6 +25,22 @@ TITLE_PX = 34  # an axis title beside its tick labels, with the space between th
 TICK_PAD_PX = 24  # between the plot and its tick labels, plus slack for wide glyphs (", <, W) and short labels
 NUMBER_PX = 7 * CHAR_PX  # a numeric axis' tick labels ("−0.0025", "1.5k")
 LINE_PX = 26  # a line of tick labels, upright
+TICK_FONT_PX = 12  # a tick label's font size where the figure sets none (Streamlit's Plotly theme)
+AXIS_TITLE_FONT_PX = 14  # an axis title's font size where the figure sets none (Streamlit's Plotly theme)
+# Under a horizontal axis, as Chromium draws it (benchmarks/README.md, "The room under an axis"): its upright tick
+# labels' boxes start TICK_LABEL_TOP_PX under the plot (TICKS_OUT_PX lower where the axis draws its ticks outward),
+# each TICK_LINE_EM of its font tall (the line's leading included); its title's box is TITLE_LINE_EM of its font tall.
+TICK_LABEL_TOP_PX = 9
+TICKS_OUT_PX = 8
+TICK_LINE_EM = 1.3
+TITLE_LINE_EM = 1.36
+# A horizontal axis' title standoff.  Plotly sets a title whose standoff is under 0.9 em of its font right under its
+# tick labels' box (the lines' leading keeps the glyphs apart); a wider standoff moves it down.  Automargin reserves
+# under the tick labels the standoff, TITLE_RESERVED_EM of the title's font (Plotly's CAP_SHIFT) and a pad, the
+# figure's narrowest margin up to AUTOMARGIN_PAD_PX: past 0.9 em a standoff is a band left empty under the title.
+AXIS_TITLE_STANDOFF_PX = 0
+TITLE_RESERVED_EM = 0.7
+AUTOMARGIN_PAD_PX = 12
 COLORBAR_PX = 100  # a vertical colour bar right of the plot: the bar, its tick labels and its title
 LEGEND_BELOW_PX = 50  # a one-row horizontal legend under the plot
 LEGEND_ROW_PX = 24  # a row of a horizontal legend
@@ -110,6 +126,22 @@ def across(labels: Iterable[str], *, angle: float = 60, title: bool = True) -> i
     """The margin above or below a horizontal axis whose tick labels are turned ``angle`` degrees."""
     height = text_px(labels) * math.sin(math.radians(abs(angle))) + LINE_PX * math.cos(math.radians(angle))
     return TICK_PAD_PX + math.ceil(height) + (TITLE_PX if title else 0)
+
+
+def under_axis(tick_size: float = TICK_FONT_PX, *, ticks_out: bool = False,
+               title_size: float = AXIS_TITLE_FONT_PX) -> int:
+    """The margin under a horizontal axis of upright one-line tick labels ``tick_size`` px (``ticks_out``: under
+    ticks drawn outward) and its :func:`axis_title` ``title_size`` px: what Chromium draws there, or what Plotly's
+    automargin reserves for it where that is more (a margin narrower than that it widens, drawing the figure again)."""
+    labels = TICK_LABEL_TOP_PX + (TICKS_OUT_PX if ticks_out else 0) + math.ceil(TICK_LINE_EM * tick_size)
+    drawn = labels + TITLE_LINE_EM * title_size
+    reserved = labels + AXIS_TITLE_STANDOFF_PX + TITLE_RESERVED_EM * title_size + AUTOMARGIN_PAD_PX
+    return math.ceil(max(drawn, reserved))
+
+
+def axis_title(text: str) -> dict:
+    """A horizontal axis' ``title``: ``text`` right under its tick labels (:data:`AXIS_TITLE_STANDOFF_PX`)."""
+    return {"text": text, "standoff": AXIS_TITLE_STANDOFF_PX}
 
 
 def title(text: str, size: float | None = None, **more) -> dict:

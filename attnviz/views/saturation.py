@@ -113,7 +113,7 @@ def scaling_ablation_figure(ablation: dict, run: dict | None = None, plot_px: in
                   annotation_text="uniform", annotation_position="bottom left")
     fig.update_xaxes(type="log", tickvals=dks, ticktext=_dk_labels(dks, panel_px), tickangle=0,
                      tickfont={"size": TICK_FONT_PX},
-                     title={"text": "dₖ (log₂ scale)", "standoff": 4}, **margins.LABELS_HELD)
+                     title=margins.axis_title("dₖ (log₂ scale)"), **margins.LABELS_HELD)
     # a label at each power of 10 only: Plotly's own log ticks add 2 and 5 between them, and "1000 5 2 100 5 2 10"
     # reads as one run of numbers
     fig.update_yaxes(type="log", dtick=1, row=1, col=1)
@@ -126,7 +126,7 @@ def scaling_ablation_figure(ablation: dict, run: dict | None = None, plot_px: in
     margin = {"l": left, "r": right,
               "t": margins.title_top(title.count("<br>") + 1, size=13,
                                      above_plot=margins.SUBPLOT_TITLE_PX * title_lines),
-              "b": margins.across([], angle=0) + legend_rows * LEGEND_ROW_PX + margins.LEGEND_PAD_PX}
+              "b": margins.under_axis(TICK_FONT_PX) + legend_rows * LEGEND_ROW_PX + margins.LEGEND_PAD_PX}
     fig.update_layout(
         title=margins.title(title, 13), height=margins.height(plot_px, margin), margin=margin,
         legend={**margins.LEGEND_AT_FOOT, "entrywidth": LEGEND_ENTRY_SHARE, "entrywidthmode": "fraction"},

@@ -1,14 +1,15 @@
 """Charts across the page in a real Chromium at 800 and 1,400 px: the Compare page's saturation chart, the Induction
 lab's loss charts, the Pitfall lab's leak bars and a bug's bars fill the page's column, drawn once in the margins they
 asked for (nothing Plotly had to widen at a narrow window: a tick label past the edge, a legend on more rows than its
-margin holds), their legend clear of the axis above it."""
+margin holds), their legend clear of the axis above it; and under a chart's numbered x axis, its numbers and title
+and no empty band before its legend or its foot."""
 
 from __future__ import annotations
 
 import urllib.parse
 
 import pytest
-from helpers.browser import visit
+from helpers.browser import bands_under_axes, grown_margins, visit
 
 pytestmark = pytest.mark.browser
 
@@ -56,3 +57,27 @@ def test_a_chart_across_the_page_fills_its_column_in_the_margins_it_asked_for(pa
         legend = chart["legend"]
         if legend is not None:  # under the axis title, inside the figure
             assert chart["axisBottom"] <= legend["top"] and legend["bottom"] <= chart["height"] + 1, (name, chart)
+
+
+BAND_PX = 12  # the most a chart leaves empty under its axis' title (its margin's room for what is under the axis)
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+@pytest.mark.parametrize(("route", "texts"), [
+    ("compare", ["Softmax saturation"]),
+    (f"induction?weights={BUNDLED}", ["loss at each position", "knocked out vs intact"]),
+    ("tokens", ["embedding (", "input = token"]),
+    ("generate", ["KV cache of the sidebar"]),
+    ("heads?cell=3,1", ["Σ q[d]·k[d]"]),  # the "why this weight" products of the linked cell
+], ids=["compare saturation", "induction losses", "tokens embeddings", "generate kv cache", "heads products"])
+def test_a_chart_s_margin_under_its_axis_holds_its_numbers_and_title_and_no_empty_band(page, base_url, route, texts,
+                                                                                        width):
+    """Under a chart's x axis, its numbers, then its title, then the legend or the figure's foot: no band left empty
+    between them (a margin made for more than Plotly draws there), none widened by Plotly (drawn twice)."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    visit(page, f"{base_url}/{route}")
+    charts = bands_under_axes(page, texts)
+    assert charts, texts
+    assert grown_margins(page) == []
+    for chart in charts:
+        assert chart["lowest"] > chart["plotBottom"] and 0 <= chart["band"] <= BAND_PX, chart

@@ -316,6 +316,31 @@ def grown_margins(page: Page) -> list[str]:
     return page.evaluate(_GROWN_MARGINS)
 
 
+# Under a chart's horizontal axes: the foot of the lowest text drawn there (tick labels, axis titles) and where the
+# bottom margin's room for them ends (its legend's top where the legend sits under the plot, else the figure's foot),
+# in the figure's px; each chart whose text holds one of the given strings.
+_UNDER_AXES = """(texts) => [...document.querySelectorAll('[data-testid=stPlotlyChart]')].flatMap((chart) => {
+  const gd = chart.querySelector('.js-plotly-plot');
+  const layout = gd && gd._fullLayout;
+  if (!layout || !layout._size || !texts.some((text) => chart.textContent.includes(text))) return [];
+  const figure = gd.getBoundingClientRect();
+  const plotBottom = layout._size.t + layout._size.h;
+  const drawn = [...gd.querySelectorAll('g.xaxislayer-above text, text[class^=x][class$=title]')]
+    .map((el) => el.getBoundingClientRect()).filter((box) => box.height > 0).map((box) => box.bottom - figure.top);
+  const legend = gd.querySelector('.legend');
+  const legendTop = legend ? legend.getBoundingClientRect().top - figure.top : null;
+  const title = ((layout.title && layout.title.text) || '').replace(/<[^>]*>/g, ' ');
+  return [{chart: (title || chart.textContent).slice(0, 60), lowest: Math.max(0, ...drawn), plotBottom,
+           end: legendTop !== null && legendTop > plotBottom ? legendTop : figure.height}];
+})"""
+
+
+def bands_under_axes(page: Page, texts: list[str]) -> list[dict]:
+    """The charts holding one of ``texts``, each with ``band``: the px left empty between the lowest text under its
+    axes and the end of the bottom margin's room for it (the legend under it, or the figure's foot)."""
+    return [{**chart, "band": chart["end"] - chart["lowest"]} for chart in page.evaluate(_UNDER_AXES, texts)]
+
+
 # What scrolls sideways: the page's main area (or the document) wider than the window, and each data grid (by its
 # column names, which the grid also writes into a hidden table for screen readers) wider inside than its box.
 _SIDEWAYS = """() => {

@@ -88,7 +88,7 @@ def test_bar_and_line_charts_hold_their_numbers_titles_and_a_legend_at_their_foo
     assert knocked.legend.yref == "container"
     # one entry a row, at any page width: the margin holds both rows under the axis
     assert (knocked.legend.entrywidth, knocked.legend.entrywidthmode) == (1, "fraction")
-    assert knocked.margin.b == margins.across([], angle=0) + 2 * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX
+    assert knocked.margin.b == margins.under_axis() + 2 * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX
     bars = figures.entropy_bars(["·a", "·extraordinarily"], np.ones(2), np.ones(2)).layout
     assert bars.margin.b >= margins.across(["·extraordinarily"], title=False) + margins.LEGEND_ROW_PX
     assert head_figures.position_loss(loss * 10, 8).layout.margin.l == margins.beside(["30"])
@@ -118,7 +118,7 @@ def test_a_long_knocked_out_label_breaks_into_legend_rows_the_margin_holds():
     assert len(lines) > 2 and all(margins.title_px(line, margins.LEGEND_FONT_PX) + margins.LEGEND_SAMPLE_PX
                                   <= plot_px for line in lines)
     assert "".join(lines).replace(" ", "") == "".join(names).replace("<br>", "").replace(" ", "")  # nothing dropped
-    assert layout.margin.b == margins.across([], angle=0) + len(lines) * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX
+    assert layout.margin.b == margins.under_axis() + len(lines) * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX
 
 
 def test_a_long_token_is_cut_in_its_tick_label_and_whole_in_its_hover():

@@ -40,7 +40,7 @@ def test_the_margins_hold_the_numbers_the_axis_titles_and_a_two_row_legend_at_th
     assert layout.margin.l >= margins.TICK_PAD_PX + margins.text_px(["0.01"])  # the run's star under 0.1
     # a mode's line and its star a row: two rows at any page width, which the margin under the axes holds
     assert layout.legend.entrywidthmode == "fraction" and 1 / 3 < layout.legend.entrywidth < 1 / 2
-    assert layout.margin.b >= margins.across([], angle=0) + 2 * saturation.LEGEND_ROW_PX
+    assert layout.margin.b >= margins.under_axis(saturation.TICK_FONT_PX) + 2 * saturation.LEGEND_ROW_PX
     assert (layout.legend.yref, layout.legend.y, layout.legend.yanchor) == ("container", 0, "bottom")
     without_run = saturation.scaling_ablation_figure(_random_qk()).layout  # two entries: one row
     assert without_run.margin.b == layout.margin.b - saturation.LEGEND_ROW_PX
