@@ -131,8 +131,6 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None, width: int 
     return fig
 
 
-LEGEND_ENTRY_PX = 30  # a vertical legend's entry as Streamlit's theme spaces them; beyond the plot's height it scrolls
-LEGEND_BESIDE_PX = 80  # a vertical legend right of the plot: its line symbols and padding, beside its longest name
 UPRIGHT_HEAD_LABELS = 24  # a score grid's head labels, all panels together, that stand upright across a page
 
 
@@ -181,7 +179,8 @@ def smooth(values, window: int = 25) -> np.ndarray:
 
 
 LOSS_PLOT_PX = 186  # a loss curve's plot (the training loss, the loss at each position)
-SCORES_PLOT_PX = 226  # the score curves' plot at least; taller where the legend's entries need it
+SCORES_PLOT_PX = 226  # the score curves' plot
+LEGEND_GAP_PX = 10  # between two entries of a row of a horizontal legend (Plotly's gap, and slack)
 
 
 def loss_curve(steps, loss, *, total_steps: int | None = None, stride: int = 1,
@@ -245,14 +244,20 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
         fig.update_xaxes(range=[0, max(1, total_steps - 1)])
     fig.update_xaxes(title=margins.axis_title("step"))
     fig.update_yaxes(range=[0, 1.02])
-    names = [head_name(layer, head) for layer, head, _ in _score_lines(*induction.shape[1:])] if induction.size else []
-    # under the modebar's row, the panels' two-line titles
-    top, bottom = margins.MODEBAR_PX + 2 * margins.SUBPLOT_TITLE_PX, margins.under_axis()
-    # the plot holds the legend: an entry a head, and its title
-    margin = {"l": margins.beside(), "r": LEGEND_BESIDE_PX + margins.text_px(names), "t": top, "b": bottom}
-    fig.update_layout(height=margins.height(max(SCORES_PLOT_PX, LEGEND_ENTRY_PX * (len(names) + 1)), margin),
-                      margin=margin,
-                      legend={"title": {"text": "head"}, "orientation": "v"})
+    names = [head_name(layer, head) for layer, head, col in _score_lines(*induction.shape[1:]) if col == 1] \
+        if induction.size else []
+    # the legend under the panels, in rows of as many heads as fit the narrowest page's plot, so the panels keep the
+    # figure's width; the margin under the axis holds its rows
+    margin = {"l": margins.beside(), "r": 10, "t": margins.MODEBAR_PX + 2 * margins.SUBPLOT_TITLE_PX}
+    plot_px = margins.PAGE_MIN_PX - margin["l"] - margin["r"]
+    per_row = max(1, int(plot_px // (margins.LEGEND_SAMPLE_PX + margins.text_px(names) + LEGEND_GAP_PX)))
+    rows = math.ceil(len(names) / per_row)
+    margin["b"] = margins.under_axis() + (rows * margins.LEGEND_ROW_PX + margins.LEGEND_PAD_PX if rows else 0)
+    # an entry (its sample and label) a share of the plot's width, so that per_row entries and the gaps Plotly puts
+    # between them fit the narrowest plot, and as many a wider one
+    share = (plot_px / per_row - LEGEND_GAP_PX) / plot_px
+    legend = {**margins.LEGEND_AT_FOOT, "entrywidth": math.floor(share * 1000) / 1000, "entrywidthmode": "fraction"}
+    fig.update_layout(height=margins.height(SCORES_PLOT_PX, margin), margin=margin, legend=legend)
     fig.update_annotations(font={"size": 12})
     return fig
 

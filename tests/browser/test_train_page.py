@@ -9,7 +9,15 @@ import os
 import re
 
 import pytest
-from helpers.browser import assert_no_exception, expect, grown_margins, runs, save_screenshot, wait_idle
+from helpers.browser import (
+    assert_no_exception,
+    bands_under_axes,
+    expect,
+    grown_margins,
+    runs,
+    save_screenshot,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -67,6 +75,27 @@ def assert_square_tiles(page, width: int) -> None:
         first_row = [tile for tile in grid["tiles"] if abs(tile[2] - grid["tiles"][0][2]) < 1]
         start, end = min(x for x, *_ in first_row), max(x + w for x, w, *_ in first_row)
         assert abs(start - grid["left"]) <= 2 and abs(end - grid["left"] - grid["plot"]) <= 2, (width, grid)
+
+
+# the score curves' column and figure width, the margins asked for, the two panels' widths
+_SCORES = """() => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stPlotlyChart]')].flatMap((c) => {
+  if (!c.textContent.includes('induction: mean A')) return [];
+  const layout = c.querySelector('.js-plotly-plot')._fullLayout;
+  const column = c.closest('[data-testid=stVerticalBlock]').getBoundingClientRect().width;
+  return [{column, figure: layout.width, margin: {l: layout.margin.l, r: layout.margin.r},
+           panels: [layout.xaxis._length, layout.xaxis2._length]}];
+})"""
+
+
+def assert_curves_across(page, width: int) -> None:
+    """At a window ``width`` px wide (set by :func:`assert_square_tiles`): the score curves' two panels share the
+    column but for the numbers on their left, their legend under them, and under each axis no empty band."""
+    (scores,) = page.evaluate(_SCORES)
+    assert abs(scores["figure"] - scores["column"]) <= 1, (width, scores)
+    room = scores["column"] - scores["margin"]["l"]  # right of the numbers: the panels, nothing beside them
+    assert sum(scores["panels"]) >= 0.9 * room and min(scores["panels"]) >= 0.45 * room, (width, scores)
+    for chart in bands_under_axes(page, ["induction: mean A", "training loss"]):
+        assert chart["lowest"] > chart["plotBottom"] and 0 <= chart["band"] <= 12, (width, chart)
 
 
 @pytest.mark.parametrize("box", ["Training steps", "Seed"])
@@ -130,8 +159,9 @@ def test_training_updates_live_and_stops_and_the_model_becomes_weights(page, bas
     final = step_shown(page)
     assert stopped_at <= final < STEPS
     expect(main.get_by_text("The heads before and after")).to_be_visible()
-    for width in (800, 1400):  # the maps before and after: square tiles filling their column
+    for width in (800, 1400):  # the maps before and after: square tiles filling their column; the curves across it
         assert_square_tiles(page, width)
+        assert_curves_across(page, width)
     option = f"trained: stopped at step {final} of {STEPS}, seed 0"
     expect(main.get_by_test_id("stAlert").filter(has_text=option)).to_be_visible()
     expect(main.get_by_role("button", name=re.compile("Download the trained model"))).to_be_visible()

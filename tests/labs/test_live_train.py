@@ -18,7 +18,7 @@ from attnviz.labs import live_train
 from attnviz.labs.jobs import JobBoard
 from attnviz.labs.train import build_model
 from attnviz.models import GPTModel, attention_maps, load_checkpoint
-from attnviz.views import head_figures
+from attnviz.views import head_figures, margins
 
 pytestmark = pytest.mark.slow  # trains models in background jobs: the quick tier leaves it out
 
@@ -215,9 +215,15 @@ def test_score_curves_one_line_per_head_in_both_panels_with_one_colour():
     np.testing.assert_allclose(left.y, induction[:, 1, 2])
     np.testing.assert_allclose(right.y, previous[:, 1, 2])
     assert left.line.color == right.line.color
-    eight = head_figures.score_curves([0, 10], np.zeros((2, 2, 4)), np.zeros((2, 2, 4)))
-    legend_px = head_figures.LEGEND_ENTRY_PX * (8 + 1)  # the Train page's 8 heads and the legend's title
-    assert eight.layout.height - eight.layout.margin.t - eight.layout.margin.b >= legend_px  # no scrolling legend
+    # the Train page's 8 heads: the legend under the panels, in rows the margin under the axis holds, so the panels
+    # keep the figure's width
+    eight = head_figures.score_curves([0, 10], np.zeros((2, 2, 4)), np.zeros((2, 2, 4))).layout
+    assert (eight.legend.orientation, eight.legend.yref, eight.margin.r) == ("h", "container", 10)
+    plot_px = margins.PAGE_MIN_PX - eight.margin.l - 10
+    entry_px = eight.legend.entrywidth * plot_px  # an entry: its sample and label
+    per_row = int(plot_px // (entry_px + head_figures.LEGEND_GAP_PX))
+    assert per_row > 1 and entry_px >= margins.LEGEND_SAMPLE_PX + margins.text_px(["L1H3"])
+    assert eight.margin.b == margins.under_axis() + -(-8 // per_row) * margins.LEGEND_ROW_PX + margins.LEGEND_PAD_PX
 
 
 def test_filling_a_curve_figure_with_new_data_draws_what_building_it_from_that_data_draws():
