@@ -64,6 +64,9 @@ which cell, which value, what it should be:
 
 Around the rules:
 
+* ``rows-sum-to-one`` and ``mask-convention`` read every attention the forward computed (a model's layers,
+  :func:`_in_every_attention`): a failure names the attention and its line, "attention 2 of 2 on line 30: …"; each of
+  several attentions is held to the window of the layer that computed it (:func:`_layer_windows`);
 * an uncached forward that writes to a cache the module keeps (:func:`attnviz.kv_cache_rule.uncached_appends`)
   fails ``kv-cache``; the rules that run the module again (``RUN_AGAIN``) skip, as each of their forwards would
   attend to the ones before, and the rules that read the traced forward stand;
@@ -78,9 +81,11 @@ Around the rules:
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -100,6 +105,7 @@ from attnviz.declarations import (
     declared_sinks,
     declared_softcap,
     is_size,
+    layer_windows,
 )
 from attnviz.kv_cache_rule import cache_sizes, kept_state, kv_cache, uncached_appends
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
@@ -232,7 +238,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             recording = tracing.record(module, x)
         attention, _ = tracing.combine(recording.attentions)
         _require_finite_output(recording.output, recording.attentions)
-        not_finite = not_finite_output(recording, attention, module, selected)  # the outputs cannot be compared
+        not_finite = not_finite_output(recording, module, selected)  # the outputs cannot be compared
         traced = meter.forwards
         appended = uncached_appends(module, x, recording.output, kept,  # every forward after it would read it
                                      random=_dropout_acts(attention))
@@ -251,14 +257,20 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         declared = declared_scales(module, width.head_dim)
         cap = declared_softcap(module, sizes.get("softcap"))
         sinks = declared_sinks(module, attention.weights.shape[1])
+        each = _each_attention(recording, attention)
+        own_file = tracing.class_file(module)
+        longer = functools.cache(functools.partial(_traced_each, module, x))  # one forward on W + 2 for every layer
         run = {
-            "rows-sum-to-one": lambda: rows_sum_to_one(attention),
+            "rows-sum-to-one": lambda: _in_every_attention(
+                "rows-sum-to-one", lambda index, one: rows_sum_to_one(one), each, recording, own_file),
             "causal": lambda: causal_rule(module, x, recording.output, causal, causal_said, attention=attention,
                                           unmasked=unmasked, not_finite=not_finite),
-            "mask-convention": lambda: _causal_hint(mask_convention(
-                attention, causal, attention_window(module), causal_said, unmasked=unmasked, triangles=triangles,
-                fill=fill, cache_length=cache_length_reading(module), window_named=window_said(module),
-                longer=functools.partial(_traced_on, module, x), context=tracing.module_context(module)), attention),
+            "mask-convention": lambda: _in_every_attention("mask-convention", lambda index, one: _causal_hint(
+                mask_convention(one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
+                                **_layer_windows(module, recording, one, alone=len(each) == 1),
+                                fill=fill if index == 0 else _finite_fill(recording, module, one),
+                                longer=lambda n, index=index: _nth(longer(n), index),
+                                context=tracing.module_context(module)), one), each, recording, own_file),
             "scaling": lambda: scaling(attention, weightless=weightless, width=width, declared=declared),
             "rotary-placement": lambda: rotary_placement(module, x, built_base=sizes.get("rope_base")),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
@@ -274,9 +286,11 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
-            run["mask-convention"] = lambda: _causal_hint(mask_convention(
-                attention, causal, attention_window(module), causal_said, unmasked=unmasked, triangles=triangles,
-                fill=fill, cache_length=cache_length_reading(module), window_named=window_said(module)), attention)
+            run["mask-convention"] = lambda: _in_every_attention("mask-convention", lambda index, one: _causal_hint(
+                mask_convention(one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
+                                **_layer_windows(module, recording, one, alone=len(each) == 1),
+                                fill=fill if index == 0 else _finite_fill(recording, module, one)), one),
+                each, recording, own_file)
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
         random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
         checks = []
@@ -328,18 +342,117 @@ APPENDED_SKIP = ("not checked: the module's uncached forward adds to its cache (
                  "the first attends to the tokens of the ones before — fix that, then check again")
 
 
-def _traced_on(module: nn.Module, x: torch.Tensor, n: int) -> tracing.Attention | None:
-    """The module's attention on a seeded (1, n, d_in) input as wide as ``x``; None when n is past the context the
-    module says it has, or the forward raises on it."""
+def _traced_each(module: nn.Module, x: torch.Tensor, n: int) -> list[tracing.Attention] | None:
+    """The module's attentions on a seeded (1, n, d_in) input as wide as ``x``, one per layer as
+    :func:`_each_attention` reads them; None when n is past the context the module says it has, or the forward raises
+    on it."""
     context = tracing.module_context(module)
     if context is not None and n > context[0]:
         return None
     generator = torch.Generator().manual_seed(3)
     longer = torch.randn(1, n, x.shape[-1], generator=generator).to(device=x.device, dtype=x.dtype)  # (1, n, d_in)
     try:
-        return tracing.combine(tracing.record(module, longer).attentions)[0]
+        recording = tracing.record(module, longer)
     except tracing.TraceError:
         return None
+    return _each_attention(recording, tracing.combine(recording.attentions)[0])
+
+
+def _nth(attentions: list[tracing.Attention] | None, index: int) -> tracing.Attention | None:
+    return attentions[index] if attentions is not None and index < len(attentions) else None
+
+
+def _each_attention(recording: tracing.Recording, combined: tracing.Attention) -> list[tracing.Attention]:
+    """Every attention the forward computed, in order — a model's layers —, as the rules that read recorded weights
+    read them: ``combined`` alone when :func:`attnviz.tracing.combine` stacked one-head softmaxes into its heads (the
+    book's wrapper of single-head attentions)."""
+    return [combined] if combined is not recording.attentions[0] else list(recording.attentions)
+
+
+def _attention_named(recording: tracing.Recording, attention: tracing.Attention, index: int, total: int,
+                     own_file: str | None) -> str:
+    """"attention 2 of 3 on line 30": which of a model's attentions, and the line of its softmax (or SDPA call)."""
+    op = recording.ops[attention.op_index] if 0 <= attention.op_index < len(recording.ops) else None
+    return f"attention {index + 1} of {total}" + ("" if op is None else tracing.op_place(op, own_file))
+
+
+def _in_every_attention(rule: str, verdict: Callable[[int, tracing.Attention], Check],
+                        attentions: list[tracing.Attention], recording: tracing.Recording,
+                        own_file: str | None) -> Check:
+    """``rule``'s verdict on every attention of the forward (``verdict(index, attention)``, in order, up to the first
+    that fails): one attention's as it is; of several, the first failure, named "attention 2 of 2 on line 30: …", else
+    a pass that holds for each of them (its words once when they are the same, else each attention's named), else the
+    first attention's skip."""
+    if len(attentions) == 1:
+        return verdict(0, attentions[0])
+    total = len(attentions)
+    found = []
+    for index, attention in enumerate(attentions):
+        check = verdict(index, attention)
+        if check.status == "fail":
+            return Check(rule, "fail", f"{_attention_named(recording, attention, index, total, own_file)}: "
+                                       f"{check.evidence}")
+        found.append(check)
+    if all(check.status == "skip" for check in found):
+        return found[0]
+    if all(check == found[0] for check in found):
+        return Check(rule, "pass", f"{found[0].evidence} — in each of the {total} attentions")
+    return Check(rule, "pass", "; ".join(f"{_attention_named(recording, attention, index, total, own_file)}: "
+                                         f"{check.evidence}" for index, (attention, check)
+                                         in enumerate(zip(attentions, found))))
+
+
+def _layer_windows(module: nn.Module, recording: tracing.Recording, attention: tracing.Attention, *,
+                   alone: bool) -> dict:
+    """mask-convention's reading of the window ``attention`` is held to: ``declared``, ``cache_length`` and
+    ``window_named`` (:func:`mask_convention`).  The forward's only attention (``alone``), or one of a model that
+    declares a window itself (its own attribute or config), is held to what the module declares; one of several to
+    what the layers whose class's forward computed it declare (:func:`_layers_computing`) when they all declare the
+    same — a full layer that keeps no window beside a window layer of another class is held to none, and so is a
+    layer class whose layers keep different windows (its hidden cells say which) —, else to what the module
+    declares."""
+    owners = [] if alone or "" in layer_windows(module) else _layers_computing(module, recording, attention)
+    owners = owners or [module]
+
+    def agreed(read):
+        said = [read(owner) for owner in owners]
+        return said[0] if all(value == said[0] for value in said) else None
+
+    return {"declared": agreed(attention_window), "cache_length": agreed(cache_length_reading),
+            "window_named": agreed(window_said)}
+
+
+def _layers_computing(module: nn.Module, recording: tracing.Recording,
+                      attention: tracing.Attention) -> list[nn.Module]:
+    """The module's own submodules (itself included) whose class's forward holds the line that computed
+    ``attention``'s weights: every layer of the class that did; [] when the line is not known or in no forward."""
+    if not 0 <= attention.op_index < len(recording.ops):
+        return []
+    op = recording.ops[attention.op_index]
+    if op.line is None or op.filename is None:
+        return []
+    return [sub for sub in module.modules() if _forward_holds(type(sub), os.path.abspath(op.filename), op.line)]
+
+
+_FORWARD_LINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kept only while the class lives
+
+
+def _forward_lines(cls: type) -> tuple[str, int, int] | None:
+    """(file, first line, last line) of a module class's forward, read once per class; None when Python cannot
+    tell."""
+    if cls not in _FORWARD_LINES:
+        try:
+            forward = inspect.unwrap(cls.forward)
+            lines, start = inspect.getsourcelines(forward)
+            _FORWARD_LINES[cls] = (os.path.abspath(inspect.getsourcefile(forward)), start, start + len(lines) - 1)
+        except (TypeError, OSError):
+            _FORWARD_LINES[cls] = None
+    return _FORWARD_LINES[cls]
+
+
+def _forward_holds(cls: type, filename: str, line: int) -> bool:
+    lines = _forward_lines(cls)
+    return lines is not None and lines[0] == filename and lines[1] <= line <= lines[2]
 
 
 def _not_read(rule: str, error: Exception) -> Check:
@@ -1821,13 +1934,14 @@ NOT_FINITE_STAGES = (("queries", "the queries"), ("keys", "the keys"), ("values"
 MASKABLE = ("scores", "scaled", "masked")  # stages where −∞ is a mask, not a fault
 
 
-def not_finite_output(recording: tracing.Recording, attention: tracing.Attention, module: nn.Module,
+def not_finite_output(recording: tracing.Recording, module: nn.Module,
                       selected: Iterable[str] = RULES) -> NotFinite | None:
     """Why the rules that compare outputs cannot check a module whose traced output holds NaN or ∞ — how many
     positions, the first, and the first recorded step of the forward that holds a value that is not finite
     (:func:`_first_not_finite`) —, and which of the ``selected`` rules fails for it: rows-sum-to-one when NaN weights
     are in a row with a visible key, mask-convention when only rows whose keys are all hidden hold them (their softmax
-    is 0/0); None when the output is finite.  (NaN weights are all a finite-weights output can hold NaN from:
+    is 0/0), in any of the forward's attentions (both rules read each); None when the output is finite.
+    (NaN weights are all a finite-weights output can hold NaN from:
     :func:`_require_finite_output` stops the check on the rest.)"""
     output = recording.output
     bad = ~torch.isfinite(output)
@@ -1846,10 +1960,10 @@ def not_finite_output(recording: tracing.Recording, attention: tracing.Attention
     first, stage = _first_not_finite(recording, module)
     if first is not None:
         words += f"; {first}"
-    nan_rows = ~torch.isfinite(attention.weights).all(-1)  # (b, h, nq)
-    visible_rows = (~attention.masked_cells()).any(-1)  # (b, h, nq): rows with a visible key
-    named = ("rows-sum-to-one" if (nan_rows & visible_rows).any() else "mask-convention" if nan_rows.any()
-             else None)
+    nan_rows = [~torch.isfinite(one.weights).all(-1) for one in recording.attentions]  # (b, h, nq) each
+    visible_rows = [(~one.masked_cells()).any(-1) for one in recording.attentions]  # (b, h, nq): with a visible key
+    named = ("rows-sum-to-one" if any((nan & visible).any() for nan, visible in zip(nan_rows, visible_rows))
+             else "mask-convention" if any(nan.any() for nan in nan_rows) else None)
     return NotFinite(words, named if named in selected else None, inputs=stage in ("queries", "keys", "values"))
 
 

@@ -25,7 +25,8 @@ attention is
   ``probs[..., :-1]``) is one too: its weights are the slice, whose rows sum to less than 1, and the walk back passes
   the ``torch.cat`` of the scores and the sink logits (:func:`_sink_slice`, ``Attention.sinks``); where no softmax
   runs over the keys, one over the queries, the heads or the batch of the ``(…, n, n)`` scores is the attention,
-  gone wrong: the checker's rules fail naming it (``Attention.softmax_dim``, ``Attention.softmax_over``);
+  gone wrong: the checker's rules fail naming it (``Attention.softmax_dim``, ``Attention.softmax_over``) — and one
+  over the queries the output is made from is one beside softmaxes over the keys too (a model's later layer);
 * a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
   q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``) — with a scale q or k got before the call read as
@@ -521,9 +522,12 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
     returned, output = output, output_of(output)
     n = x.shape[-2]  # the tokens given
     maps = [(node, dim) for node, dim in recorder.softmaxes if tuple(node.out.shape[-2:]) == (n, n)]
+    made_of = _made_of(recorder.nodes.get(id(output)))
     over_keys = [node for node, dim in maps if dim == -1]
     if not over_keys:  # a softmax over the queries (dim=-2) of an (n, n) map is attention gone wrong: keep it
         over_keys = [node for node, _ in maps]
+    elif len(over_keys) < len(maps):  # beside softmaxes over the keys (a model's other layers): if the output needs it
+        over_keys = [node for node, dim in maps if dim == -1 or id(node) in made_of]
     sunk = {id(node): sliced for node, dim in recorder.softmaxes  # over n + 1 columns, one dropped after: a sink
             if dim == -1 and tuple(node.out.shape[-2:]) == (n, n + 1) and (sliced := _sink_slice(node)) is not None}
     if not over_keys and sunk:
@@ -539,7 +543,6 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
             across[id(node)] = (_softmax_over(recorder, node.index, dim, shape, _axis_words(dim, shape, x.shape[0])),
                                 node.out.shape[dim])
     dims = {id(node): dim for node, dim in maps}
-    made_of = _made_of(recorder.nodes.get(id(output)))
     found = [_from_softmax(node, recorder, made_of, sunk.get(id(node))) for node in over_keys]
     for attention, node in zip(found, over_keys):
         attention.softmax_dim = dims[id(node)]

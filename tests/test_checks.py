@@ -1016,17 +1016,62 @@ def test_a_nan_output_is_not_passed_by_the_rules_that_compare_outputs(rules, ver
 
 def test_a_nan_output_from_a_later_layer_is_named_there():
     """The second layer's query 0 hides every key: the check stopped, saying the NaN came after the attention, as it
-    read the first layer's weights alone.  The rules that compare outputs say where it starts; rows-sum-to-one and
-    mask-convention read the first layer, which is right, so they fail rather than point to them."""
+    read the first layer's weights alone.  The rules that compare outputs say where it starts, pointing to
+    mask-convention, which reads every layer and fails the second's hidden diagonal, naming it."""
     torch.manual_seed(0)
     module = um.TwoCachedLayers(second_bug="diagonal-hidden").eval()
     results = {c.rule: c for c in checks.check_module(module, rules=["rows-sum-to-one", "causal", "mask-convention"])}
     lines, first = inspect.getsourcelines(um.LearnerCachedMHA.forward)
     line = first + next(at for at, text in enumerate(lines) if "torch.softmax" in text)
     nan = DIAGONAL_NAN.format(line=line).replace("attention weights on", "attention weights of attention 2 of 2 on")
-    assert results["causal"] == checks.Check("causal", "fail", f"cannot be checked: {nan} — fix that, then check "
-                                                                "again")
-    assert results["rows-sum-to-one"].status == results["mask-convention"].status == "pass"
+    assert results["causal"] == checks.Check("causal", "skip", f"not checked: {nan} — fix that (see mask-convention), "
+                                                                "then check again")
+    assert results["mask-convention"] == checks.Check(
+        "mask-convention", "fail", f"attention 2 of 2 on line {line}: the diagonal is hidden too: each token hides "
+                                   "itself (the second.mask buffer, triu(…, diagonal=0), marks the cells hidden: build "
+                                   "it with diagonal=1); row 0 (query 0) hides every key, so its softmax is 0/0: NaN "
+                                   "weights")
+    assert results["rows-sum-to-one"].status == "pass"  # query 0's keys are all hidden: no row with a visible key
+
+
+MHA_SOFTMAX = "attn_weights = torch.softmax(attn_scores, dim=-2 if self.bug"  # MyMultiHeadAttention's softmax line
+SWA_SOFTMAX = "attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))"  # LearnerSWA's
+
+
+@pytest.mark.parametrize(("module", "rule", "line", "starts", "ends"), [
+    (lambda: um.SmallGPT(last_bug="softmax-dim"), "rows-sum-to-one", MHA_SOFTMAX, "attention 2 of 2 on line {line}: "
+     "head 0, row 0 sums to ", ", should be 1 — the softmax ran over dim=-2 (the queries), so columns sum to 1: use "
+     "dim=-1 (the keys)"),
+    (lambda: um.SmallGPT(n_layers=3, last_bug="one-future-visible"), "mask-convention", MHA_SOFTMAX,
+     "attention 3 of 3 on line {line}: one future token is visible: row i sees key i + 1 (the attns.2.mask buffer, "
+     "triu(…, diagonal=2), marks the cells hidden: build it with diagonal=1)", ""),
+    (lambda: um.WindowThenFull(window_bug="window-off-by-one", full_first=True), "mask-convention", SWA_SOFTMAX,
+     "attention 2 of 2 on line {line}: the hidden cells are the future and the keys 4 or more behind (a window of 4), "
+     "but the module's window is 3: each query keeps W + 1 = 4 keys", "hide diff >= W, not diff > W"),
+], ids=["gpt-softmax-over-queries", "gpt-future-visible", "window-layer-one-key-wide"])
+def test_a_later_layers_weights_are_checked_and_named(module, rule, line, starts, ends):
+    """A model of several attention layers whose last layer's softmax or mask is wrong passed rows-sum-to-one and
+    mask-convention, which read the first attention alone; they read each, and a failure names the attention and the
+    line of its softmax."""
+    torch.manual_seed(0)
+    check = verdict(module().eval(), rule, rules=[rule])
+    assert check.status == "fail" and check.evidence.startswith(starts.format(line=user_modules_line(line))), check
+    assert check.evidence.endswith(ends), check
+
+
+@pytest.mark.parametrize("full_first", [False, True], ids=["window-then-full", "full-then-window"])
+def test_a_full_layer_beside_a_window_layer_is_held_to_no_window(full_first):
+    """A plain attention that keeps no window, beside a sliding-window layer: the model declares the window layer's W,
+    and the full layer, first, failed as "the window is never applied"; each attention is held to the window of the
+    layer that computed it."""
+    torch.manual_seed(0)
+    module = um.WindowThenFull(full_first=full_first).eval()
+    window = (f"on line {user_modules_line(SWA_SOFTMAX)}: sliding window W = 3: the hidden cells are the future and "
+              "the keys 3 or more behind (query i sees keys i − 2 … i)")
+    full = f"on line {user_modules_line(MHA_SOFTMAX)}: the hidden cells are exactly the future (above the diagonal)"
+    first, second = (full, window) if full_first else (window, full)
+    assert verdict(module, "mask-convention", rules=["mask-convention"]) == checks.Check(
+        "mask-convention", "pass", f"attention 1 of 2 {first}; attention 2 of 2 {second}")
 
 
 def test_nan_queries_are_not_checked_by_the_rules_that_compare_what_they_make():

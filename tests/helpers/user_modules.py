@@ -4598,3 +4598,43 @@ class LearnerEvalDropoutWrapper(nn.Module):
 
     def forward(self, x):
         return torch.cat([head(x) for head in self.heads], dim=-1)  # (b, n, num_heads * d_out)
+
+
+class SmallGPT(nn.Module):
+    """A small GPT a learner writes after chapter 4: pre-norm blocks of MyMultiHeadAttention and a feed-forward, each
+    with a residual; ``last_bug``: one of MyMultiHeadAttention's bugs in the last block's attention alone (the first
+    blocks are right)."""
+
+    def __init__(self, d_in=16, num_heads=4, n_layers=2, context_length=16, last_bug=None):
+        super().__init__()
+        self.d_in = d_in
+        self.norms = nn.ModuleList(nn.LayerNorm(d_in) for _ in range(n_layers))
+        self.attns = nn.ModuleList(
+            MyMultiHeadAttention(d_in, d_in, context_length, 0.0, num_heads, bug=last_bug if layer == n_layers - 1
+                                 else None) for layer in range(n_layers))
+        self.ffs = nn.ModuleList(nn.Sequential(nn.Linear(d_in, 4 * d_in), nn.GELU(), nn.Linear(4 * d_in, d_in))
+                                 for _ in range(n_layers))
+
+    def forward(self, x):
+        for norm, attn, ff in zip(self.norms, self.attns, self.ffs):
+            x = x + attn(norm(x))  # (b, n, d_in)
+            x = x + ff(x)  # (b, n, d_in)
+        return x
+
+
+class WindowThenFull(nn.Module):
+    """A window layer (LearnerSWA, ``sliding_window_size`` W), then a plain MyMultiHeadAttention that keeps no window
+    attribute at all, each with a residual; ``window_bug``: LearnerSWA's bug in the window layer; ``full_first``: the
+    plain layer comes first."""
+
+    def __init__(self, d_in=16, num_heads=2, sliding_window_size=3, window_bug=None, full_first=False):
+        super().__init__()
+        self.d_in = d_in
+        window = LearnerSWA(d_in, d_in, 16, 0.0, num_heads, sliding_window_size, bug=window_bug)
+        full = MyMultiHeadAttention(d_in, d_in, 16, 0.0, num_heads)
+        self.layers = nn.ModuleList([full, window] if full_first else [window, full])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x)  # (b, n, d_in)
+        return x
