@@ -260,6 +260,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         each = _each_attention(recording, attention)
         own_file = tracing.class_file(module)
         longer = functools.cache(functools.partial(_traced_each, module, x))  # one forward on W + 2 for every layer
+        context = functools.cache(functools.partial(tracing.module_context, module))  # read once, when needed
         run = {
             "rows-sum-to-one": lambda: _in_every_attention(
                 "rows-sum-to-one", lambda index, one: rows_sum_to_one(one), each, recording, own_file),
@@ -269,8 +270,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                 mask_convention(one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
                                 **_layer_windows(module, recording, one, alone=len(each) == 1),
                                 fill=fill if index == 0 else _finite_fill(recording, module, one),
-                                longer=lambda n, index=index: _nth(longer(n), index),
-                                context=tracing.module_context(module)), one), each, recording, own_file),
+                                longer=lambda n, index=index: _nth(longer(n), index), context=context()), one),
+                each, recording, own_file),
             "scaling": lambda: scaling(attention, weightless=weightless, width=width, declared=declared),
             "rotary-placement": lambda: rotary_placement(module, x, built_base=sizes.get("rope_base")),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,

@@ -1397,7 +1397,7 @@ def _over_window(module: nn.Module, held: _CacheHeld, sizes: Mapping[str, int] |
     ``06_swa`` model: window layers and, every ``sliding_window_stride``-th, a full one), each tensor against its own
     layer's window (:func:`_layer_windows`), a full layer's keeping every token; None when none holds more."""
     window = _kept_window(module)
-    layers = _layer_windows(module, held) if window is None else {}
+    layers = _layer_windows(module, held) if window is None else _beside_plain_layers(module, held)
     if any(said is not None for _, said in layers.values()):
         over = {path: (layer, said) for path, (layer, said) in layers.items()
                 if said is not None and held.tokens[path] > said}
@@ -1417,7 +1417,7 @@ def _by_layer_words(module: nn.Module, held: _CacheHeld) -> str | None:
     """For a module whose layers declare different windows (:func:`_over_window`), what each layer's cache holds, its
     window beside it: "each layer's cache holds what its attention needs — layers[0], layers[1] (a window of W = 3): 3
     tokens; layers[2] (full attention): 8 tokens — layers[0].cache_k (1, 2, 3, 8), …"; None for any other module."""
-    layers = _layer_windows(module, held) if _kept_window(module) is None else {}
+    layers = _layer_windows(module, held) if _kept_window(module) is None else _beside_plain_layers(module, held)
     if not any(said is not None for _, said in layers.values()):
         return None
     kept: dict[str, tuple[int | None, int]] = {}  # layer -> (its window, the most tokens one of its tensors holds)
@@ -1442,6 +1442,27 @@ def _layer_windows(module: nn.Module, held: _CacheHeld) -> dict[str, tuple[str, 
         if layer is not None:
             found[path] = (layer, windows[layer])
     return found
+
+
+def _beside_plain_layers(module: nn.Module, held: _CacheHeld) -> dict[str, tuple[str, int | None]]:
+    """For a module that declares one window W only through its submodules (:func:`_kept_window`; the module itself,
+    its attribute or config, declares none) and holds a cache tensor in an attention layer of its own that declares no
+    window at all — a submodule with a forward of its own, no object on the tensor's path keeping a window: the book's
+    plain cached MultiHeadAttention beside a sliding-window layer —, each tensor -> (its layer, that layer's window,
+    None for the plain layer's, which rightly keeps every token), as :func:`_layer_windows` reads a model whose layers
+    disagree; {} for any other module (its one W holds every cache tensor, a list of caches on the model included)."""
+    windows = layer_windows(module)
+    if "" in windows:
+        return {}
+    found = _layer_windows(module, held)
+    layers = [path for path, value in held_objects(module).items() if path and isinstance(value, nn.Module)
+              and getattr(type(value), "forward", nn.Module.forward) is not nn.Module.forward]
+    plain = {}
+    for path in held.tokens:
+        layer = min((at for at in layers if path.startswith((f"{at}.", f"{at}["))), key=len, default=None)
+        if path not in found and layer is not None:
+            plain[path] = (layer, None)
+    return {**found, **plain} if plain else {}
 
 
 def cache_sizes(given: Mapping[str, int] | None, attention: tracing.Attention) -> dict[str, int]:

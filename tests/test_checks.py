@@ -933,6 +933,29 @@ def test_kv_cache_checks_each_layer_against_its_own_window(layers, keeps_all, ve
     assert verdict(module, "kv-cache", rules=["kv-cache"]) == checks.Check("kv-cache", *verdict_words)
 
 
+BESIDE_FULL_PLAN = ("two sequences, each after reset_kv_cache(): a prefill of 4 tokens, then 2 tokens one by one and "
+                    "the last 2 in one forward (a chunk after the cache), give the uncached outputs (≤ 1e-05)")
+
+
+@pytest.mark.parametrize(("window_keeps_all", "verdict_words"), [
+    (False, ("pass", f"{BESIDE_FULL_PLAN}; after 8 tokens each layer's cache holds what its attention needs — window "
+                     "(a window of W = 3): 3 tokens; full (full attention): 8 tokens — window.cache_k (1, 2, 3, 8), "
+                     "window.cache_v (1, 2, 3, 8), full.cache_k (1, 8, 2, 8), full.cache_v (1, 8, 2, 8)")),
+    (True, ("fail", f"{BESIDE_FULL_PLAN}, but a window layer's cache keeps more than its window needs: window.cache_k "
+                    "holds 8 tokens after 8, and its layer, window, has a window of W = 3, so it needs only the last 3 "
+                    "— its cache's 1,024 bytes grow by 128 with every token, where the last 3 take 384: drop that "
+                    "layer's older keys and values after each forward (keep the last W); the full-attention layer "
+                    "full rightly keeps every token")),
+], ids=["right", "window-layer-keeps-all"])
+def test_kv_cache_holds_a_plain_layer_beside_a_window_layer_to_no_window(window_keeps_all, verdict_words):
+    """The book's cached MultiHeadAttention, which keeps no window attribute at all, beside a sliding-window layer: the
+    model declared the window layer's W alone, so kv-cache held every cache to it and failed the full layer's, which
+    must keep every token.  An attention layer of the model's own that declares no window is a full layer."""
+    torch.manual_seed(0)
+    module = um.CachedWindowBesideFull(window_keeps_all=window_keeps_all).eval()
+    assert verdict(module, "kv-cache", rules=["kv-cache"]) == checks.Check("kv-cache", *verdict_words)
+
+
 @pytest.mark.parametrize(("bug", "words"), [
     ("rerotate", "the step hides the right keys, but the cached key of token 1 is the whole sequence's turned by "
                  "another angle (the same length, another direction): the keys are rotated at the wrong positions — "

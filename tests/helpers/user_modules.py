@@ -4638,3 +4638,25 @@ class WindowThenFull(nn.Module):
         for layer in self.layers:
             x = x + layer(x)  # (b, n, d_in)
         return x
+
+
+class CachedWindowBesideFull(nn.Module):
+    """Two cached layers, each with a residual: the learner's sliding-window layer (LearnerCachedSWA, whose cache
+    keeps the last W tokens) and the book's cached MultiHeadAttention (LearnerCachedMHA), which keeps no window
+    attribute at all and whose cache keeps every token; ``window_keeps_all``: the window layer's cache keeps every
+    token too (a bug)."""
+
+    def __init__(self, d_in=16, num_heads=2, sliding_window_size=3, window_keeps_all=False):
+        super().__init__()
+        self.d_in = d_in
+        self.window = LearnerCachedSWA(d_in, d_in, 16, 0.0, num_heads, sliding_window_size,
+                                       bug="keeps-all" if window_keeps_all else None)
+        self.full = LearnerCachedMHA(d_in, d_in, 16, 0.0, num_heads)
+
+    def forward(self, x, use_cache=False):
+        x = x + self.window(x, use_cache=use_cache)  # (b, n, d_in)
+        return x + self.full(x, use_cache=use_cache)  # (b, n, d_in)
+
+    def reset_kv_cache(self):
+        self.window.reset_cache()
+        self.full.reset_cache()
