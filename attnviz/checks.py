@@ -66,7 +66,8 @@ Around the rules:
 
 * ``rows-sum-to-one`` and ``mask-convention`` read every attention the forward computed (a model's layers,
   :func:`_in_every_attention`): a failure names the attention and its line, "attention 2 of 2 on line 30: …"; each of
-  several attentions is held to the window of the layer that computed it (:func:`_layer_windows`);
+  several attentions is held to the window of the layer that computed it (:func:`_layer_windows`); ``causal`` looks
+  for a leak's cause in each, in order, naming the one it is in (:func:`_leak_causes`);
 * an uncached forward that writes to a cache the module keeps (:func:`attnviz.kv_cache_rule.uncached_appends`)
   fails ``kv-cache``; the rules that run the module again (``RUN_AGAIN``) skip, as each of their forwards would
   attend to the ones before, and the rules that read the traced forward stand;
@@ -265,7 +266,9 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "rows-sum-to-one": lambda: _in_every_attention(
                 "rows-sum-to-one", lambda index, one: rows_sum_to_one(one), each, recording, own_file),
             "causal": lambda: causal_rule(module, x, recording.output, causal, causal_said, attention=attention,
-                                          unmasked=unmasked, not_finite=not_finite),
+                                          unmasked=unmasked, not_finite=not_finite, attentions=each,
+                                          named=lambda index: _attention_named(recording, each[index], index,
+                                                                               len(each), own_file)),
             "mask-convention": lambda: _in_every_attention("mask-convention", lambda index, one: _causal_hint(
                 mask_convention(one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
                                 **_layer_windows(module, recording, one, alone=len(each) == 1),
@@ -732,9 +735,12 @@ def _unmasked(module: nn.Module, causal_said: str | None) -> str | None:
 
 def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal: bool,
                 causal_said: str | None = None, *, attention: tracing.Attention | None = None,
-                unmasked: str | None = None, not_finite: NotFinite | None = None) -> Check:
+                unmasked: str | None = None, not_finite: NotFinite | None = None,
+                attentions: list[tracing.Attention] | None = None, named: Callable[[int], str] | None = None) -> Check:
     """``causal_said``: who said whether the module is causal (:func:`_causal_said_by`); None: its mask says.
-    ``attention``: the traced attention, whose hidden cells say where a leak is (:func:`_leak_cause`);
+    ``attention``: the traced attention, whose hidden cells say where a leak is (:func:`_leak_cause`); ``attentions``:
+    every attention of the forward, a model's layers, read in order for it instead, a leak's named by ``named(index)``
+    (:func:`_leak_causes`);
     ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`); ``not_finite``: why its
     output, not finite, cannot be compared (:func:`not_finite_output`), the verdict of a module the rule applies to."""
     rule = "causal"
@@ -756,7 +762,9 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
             moved = (module_output(module, changed)[:, :j] - output[:, :j]).abs()  # (b, j, d_out)
         if moved.max() > TOLERANCE:
             position = int(moved.amax(dim=(0, 2)).argmax())
-            cause = _leak_cause(module, changed, j, attention, causal_said, unmasked) if attention is not None else ""
+            cause = (_leak_causes(module, changed, j, attentions, causal_said, unmasked, named)
+                     if attentions is not None and named is not None and len(attentions) > 1 else
+                     _leak_cause(module, changed, j, attention, causal_said, unmasked) if attention is not None else "")
             return Check(rule, "fail", f"changing tokens {j}… changed the output at position {position} by "
                                        f"{moved.max().item():.3g}: position {position} sees the future{cause}")
     js = "j = 1" if n == 2 else f"j = 1 … {n - 1}"
@@ -771,13 +779,17 @@ def _named_causal(module: nn.Module) -> bool:
 
 
 def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tracing.Attention,
-                causal_said: str | None, unmasked: str | None) -> str:
+                causal_said: str | None, unmasked: str | None, *,
+                rerun_of: Callable[[], tracing.Attention | None] | None = None, before: str | None = None,
+                last: bool = True) -> str:
     """Where the future leaks in, in words after a dash, when the traced attention tells: weights transposed after
     the softmax (``Attention.transposed_after``); no cell hidden although the module is said to be causal; or the
     weights hide every future key, so the module run again on ``changed`` (tokens j… changed) shows which stage of
     the queries before j moves first — their weights (a softmax over the queries, or Q and K), their context (V), or
     neither: then the leak comes after ``weights @ V`` (the heads put back together without transposing); ""
-    otherwise."""
+    otherwise.  For one of a model's attentions (:func:`_leak_causes`): ``rerun_of()``, this attention on ``changed``
+    (None: unknown); ``before``, the attention before it, by name, whose weights and context before j did not move;
+    not ``last``: "" where nothing of this attention moves (the leak is in a later one)."""
     hidden = attention.masked_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
     future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk)
@@ -798,11 +810,14 @@ def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tra
     if len(empty) and attention.weights[0, 0, int(empty[0])].isfinite().all():  # a finite fill: weight on every key
         return (f" — query {int(empty[0])} hides every key, itself included, and the fill is finite, so the softmax "
                 "spreads its weight evenly over every key, the future's too (see mask-convention)")
-    try:
-        rerun, _ = tracing.combine(tracing.record(module, changed).attentions)
-    except tracing.TraceError:
-        return ""
-    if rerun.weights.shape != attention.weights.shape:
+    if rerun_of is None:
+        try:
+            rerun = tracing.combine(tracing.record(module, changed).attentions)[0]
+        except tracing.TraceError:
+            return ""
+    else:
+        rerun = rerun_of()
+    if rerun is None or rerun.weights.shape != attention.weights.shape:
         return ""
     hide = " — the mask hides the future"
     if attention.softmax_over:
@@ -815,14 +830,47 @@ def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tra
         if attention.softmax_dim != -1:
             return (f"{hide}, but the softmax ran over dim=-2 (the queries): each weight is divided by a sum over "
                     "every query, later ones included — use dim=-1 (the keys)")
+        if before is not None:
+            return (f"{hide}, yet the weights of the queries before position {j} move{_between(before, 'Q or K')}")
         return f"{hide}, yet the weights of the queries before position {j} move: their Q or K depend on later tokens"
     if attention.context is None or rerun.context is None or rerun.context.shape != attention.context.shape:
         return ""
     if _moved_before(j, attention.context, rerun.context):
-        return (f"{hide} and the weights before position {j} do not move, yet each head's weights @ V there does: "
-                "the values of earlier tokens depend on later ones")
+        return (f"{hide} and the weights before position {j} do not move, yet each head's weights @ V there does"
+                + (_between(before, "V") if before is not None else
+                   ": the values of earlier tokens depend on later ones"))
+    if not last:
+        return ""
     return (f"{hide} and each head's weights @ V before position {j} does not move, so the leak comes after weights "
             "@ V: check how the heads are put back together (transpose(1, 2) before view)")
+
+
+def _between(before: str, own: str) -> str:
+    """A leak's words in a model's later attention whose ``own`` stage (Q or K, V) moves while nothing of the attention
+    ``before`` it does: it comes in between."""
+    return (f", while nothing of {before} before it does: the leak is between them — in how that attention's heads are "
+            f"put back together (transpose(1, 2) before view), or in this attention's {own}")
+
+
+def _leak_causes(module: nn.Module, changed: torch.Tensor, j: int, attentions: list[tracing.Attention],
+                 causal_said: str | None, unmasked: str | None, named: Callable[[int], str]) -> str:
+    """:func:`_leak_cause` for every attention of the forward, in order (a model's layers, ``named(index)``: "attention
+    2 of 2 on line 30"): the first that tells where the leak is, named — the module run again on ``changed`` once, for
+    all of them; one attention's words as they are."""
+    if len(attentions) == 1:
+        return _leak_cause(module, changed, j, attentions[0], causal_said, unmasked)
+    try:
+        recording = tracing.record(module, changed)
+        reruns = _each_attention(recording, tracing.combine(recording.attentions)[0])
+    except tracing.TraceError:
+        reruns = []
+    for index, attention in enumerate(attentions):
+        cause = _leak_cause(module, changed, j, attention, causal_said, unmasked,
+                            rerun_of=lambda index=index: reruns[index] if len(reruns) == len(attentions) else None,
+                            before=named(index - 1) if index else None, last=index == len(attentions) - 1)
+        if cause:
+            return f" — {named(index)}: {cause.removeprefix(' — ')}"
+    return ""
 
 
 def _moved_before(j: int, before: torch.Tensor, after: torch.Tensor) -> bool:

@@ -1082,6 +1082,26 @@ def test_a_later_layers_weights_are_checked_and_named(module, rule, line, starts
     assert check.evidence.endswith(ends), check
 
 
+@pytest.mark.parametrize(("bugs", "words"), [
+    ({"last_bug": "softmax-dim"}, "attention 2 of 2 on line {line}: the mask hides the future, but the softmax ran "
+                                  "over dim=-2 (the queries): each weight is divided by a sum over every query, later "
+                                  "ones included — use dim=-1 (the keys)"),
+    ({"first_bug": "no-transpose-back"}, "attention 2 of 2 on line {line}: the mask hides the future and the weights "
+                                         "before position 1 do not move, yet each head's weights @ V there does, while "
+                                         "nothing of attention 1 of 2 on line {line} before it does: the leak is "
+                                         "between them — in how that attention's heads are put back together "
+                                         "(transpose(1, 2) before view), or in this attention's V"),
+], ids=["last-softmax-over-queries", "first-heads-put-back-wrong"])
+def test_causal_names_the_attention_a_models_leak_is_in(bugs, words):
+    """causal read where the leak is from the first attention alone: a later layer's softmax over the queries was
+    blamed on how the first layer's heads are put back together.  It reads each attention in order and names the
+    first that moves."""
+    torch.manual_seed(0)
+    check = verdict(um.SmallGPT(**bugs).eval(), "causal", rules=["causal"])
+    assert check.status == "fail" and check.evidence.endswith(
+        f"sees the future — {words.format(line=user_modules_line(MHA_SOFTMAX))}"), check
+
+
 @pytest.mark.parametrize("full_first", [False, True], ids=["window-then-full", "full-then-window"])
 def test_a_full_layer_beside_a_window_layer_is_held_to_no_window(full_first):
     """A plain attention that keeps no window, beside a sliding-window layer: the model declares the window layer's W,

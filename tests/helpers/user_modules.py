@@ -4603,15 +4603,15 @@ class LearnerEvalDropoutWrapper(nn.Module):
 class SmallGPT(nn.Module):
     """A small GPT a learner writes after chapter 4: pre-norm blocks of MyMultiHeadAttention and a feed-forward, each
     with a residual; ``last_bug``: one of MyMultiHeadAttention's bugs in the last block's attention alone (the first
-    blocks are right)."""
+    blocks are right); ``first_bug``: one in the first block's alone."""
 
-    def __init__(self, d_in=16, num_heads=4, n_layers=2, context_length=16, last_bug=None):
+    def __init__(self, d_in=16, num_heads=4, n_layers=2, context_length=16, last_bug=None, first_bug=None):
         super().__init__()
         self.d_in = d_in
         self.norms = nn.ModuleList(nn.LayerNorm(d_in) for _ in range(n_layers))
-        self.attns = nn.ModuleList(
-            MyMultiHeadAttention(d_in, d_in, context_length, 0.0, num_heads, bug=last_bug if layer == n_layers - 1
-                                 else None) for layer in range(n_layers))
+        bugs = [first_bug, *[None] * (n_layers - 2), last_bug]
+        self.attns = nn.ModuleList(MyMultiHeadAttention(d_in, d_in, context_length, 0.0, num_heads, bug=bug)
+                                   for bug in bugs)
         self.ffs = nn.ModuleList(nn.Sequential(nn.Linear(d_in, 4 * d_in), nn.GELU(), nn.Linear(4 * d_in, d_in))
                                  for _ in range(n_layers))
 
