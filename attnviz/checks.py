@@ -64,8 +64,9 @@ which cell, which value, what it should be:
 
 Around the rules:
 
-* ``rows-sum-to-one`` and ``mask-convention`` read every attention the forward computed (a model's layers,
-  :func:`_in_every_attention`): a failure names the attention and its line, "attention 2 of 2 on line 30: …"; each of
+* ``rows-sum-to-one``, ``mask-convention``, ``scaling`` and ``matches-reference`` read every attention the forward
+  computed (a model's layers, :func:`_in_every_attention`), ``dropout-placement`` the first whose dropout acts in eval
+  mode (:func:`_dropout_in_each`): a failure names the attention and its line, "attention 2 of 2 on line 30: …"; each of
   several attentions is held to the window of the layer that computed it (:func:`_layer_windows`); ``causal`` looks
   for a leak's cause in each, in order, naming the one it is in (:func:`_leak_causes`);
 * an uncached forward that writes to a cache the module keeps (:func:`attnviz.kv_cache_rule.uncached_appends`)
@@ -275,16 +276,24 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                 fill=fill if index == 0 else _finite_fill(recording, module, one),
                                 longer=lambda n, index=index: _nth(longer(n), index), context=context()), one),
                 each, recording, own_file),
-            "scaling": lambda: scaling(attention, weightless=weightless, width=width, declared=declared),
+            "scaling": lambda: _in_every_attention("scaling", lambda index, one: scaling(
+                one, weightless=weightless, **_scale_reading(module, one, index, width, declared)), each, recording,
+                own_file),
             "rotary-placement": lambda: rotary_placement(module, x, built_base=sizes.get("rope_base")),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
-                                                              lambda: dropout_placement(module, x, attention)),
+                                                              lambda: _dropout_in_each(module, x, each, recording,
+                                                                                       own_file)),
             "batch-independence": lambda: batch_independence(module, x, recording.output, not_finite=not_finite),
             "matches-reference": lambda: (
                 not_finite.verdict("matches-reference") if not_finite is not None and not_finite.inputs else  # Q, K, V
-                matches_reference(recording, attention, causal, scaled=not unscaled, window=window,
-                                  causal_said=causal_said, width=width, declared=declared, cap=cap, sinks=sinks,
-                                  fill=fill, own_file=tracing.class_file(module))),
+                _in_every_attention("matches-reference", lambda index, one: matches_reference(
+                    recording, one, causal, scaled=not unscaled if index == 0 else not (
+                        weightless and applies_no_scale(one)),
+                    window=window if index == 0 else sliding_window(one) if causal else None, causal_said=causal_said,
+                    **_scale_reading(module, one, index, width, declared), cap=cap,
+                    sinks=sinks if index == 0 else declared_sinks(module, one.weights.shape[1]),
+                    fill=fill if index == 0 else _finite_fill(recording, module, one), own_file=own_file),
+                    each, recording, own_file)),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention),
                                          not_finite=not_finite),
         }
@@ -296,7 +305,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                 fill=fill if index == 0 else _finite_fill(recording, module, one)), one),
                 each, recording, own_file)
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
-        random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
+        random = any(_dropout_acts(one) for one in each)  # in eval mode: two forwards of the same input differ
         checks = []
         for rule in selected:
             meter.rule = rule
@@ -404,6 +413,16 @@ def _in_every_attention(rule: str, verdict: Callable[[int, tracing.Attention], C
     return Check(rule, "pass", "; ".join(f"{_attention_named(recording, attention, index, total, own_file)}: "
                                          f"{check.evidence}" for index, (attention, check)
                                          in enumerate(zip(attentions, found))))
+
+
+def _scale_reading(module: nn.Module, attention: tracing.Attention, index: int, width: ScoreWidth,
+                   declared: tuple[DeclaredScale, ...]) -> dict:
+    """The ``width`` and ``declared`` scales scaling and matches-reference judge ``attention`` by: the first
+    attention's as the check read them, another's read off its own scores (:func:`score_width`)."""
+    if index == 0:
+        return {"width": width, "declared": declared}
+    own = score_width(module, attention)
+    return {"width": own, "declared": declared_scales(module, own.head_dim)}
 
 
 def _layer_windows(module: nn.Module, recording: tracing.Recording, attention: tracing.Attention, *,
@@ -1469,6 +1488,18 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
                                    "training=False, so it drops nothing in training mode either: pass "
                                    "training=self.training to F.dropout (or use nn.Dropout)")
     return Check(rule, "pass", _no_dropout_acts(module, recording, attention))
+
+
+def _dropout_in_each(module: nn.Module, x: torch.Tensor, attentions: list[tracing.Attention],
+                     recording: tracing.Recording, own_file: str | None) -> Check:
+    """dropout-placement on the first of the forward's attentions whose dropout acts in eval mode, named when it is a
+    later one (a model's layer: "attention 2 of 2 on line 30: …"), else on the first."""
+    acting = next((index for index, one in enumerate(attentions) if _dropout_acts(one)), 0)
+    check = dropout_placement(module, x, attentions[acting])
+    if acting and check.status == "fail":
+        named = _attention_named(recording, attentions[acting], acting, len(attentions), own_file)
+        return Check(check.rule, "fail", f"{named}: {check.evidence}")
+    return check
 
 
 def _dropout_on_scores(attention: tracing.Attention) -> str:

@@ -1071,11 +1071,21 @@ SWA_SOFTMAX = "attn_weights = self.dropout(torch.softmax(attn_scores / keys.shap
     (lambda: um.WindowThenFull(window_bug="window-off-by-one", full_first=True), "mask-convention", SWA_SOFTMAX,
      "attention 2 of 2 on line {line}: the hidden cells are the future and the keys 4 or more behind (a window of 4), "
      "but the module's window is 3: each query keeps W + 1 = 4 keys", "hide diff >= W, not diff > W"),
-], ids=["gpt-softmax-over-queries", "gpt-future-visible", "window-layer-one-key-wide"])
+    (lambda: um.SmallGPT(last_bug="no-scale"), "scaling", MHA_SOFTMAX, "attention 2 of 2 on line {line}: the scores "
+     "are not scaled: divide by √head_dim = √4 ≈ 2", ""),
+    (lambda: um.SmallGPT(last_bug="no-scale"), "matches-reference", MHA_SOFTMAX, "attention 2 of 2 on line {line}: the "
+     "concatenated heads ≠ softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V: off by ", "the difference is the scale "
+     "alone: with the scores scaled as the module scales them (unscaled, not ÷√4), the reference matches (see "
+     "scaling)"),
+    (lambda: um.SmallGPT(last_bug="dropout-in-eval"), "dropout-placement", MHA_SOFTMAX, "attention 2 of 2 on line "
+     "{line}: in eval mode dropout still changes the attention weights: pass training=self.training to F.dropout (or "
+     "use nn.Dropout)", ""),
+], ids=["gpt-softmax-over-queries", "gpt-future-visible", "window-layer-one-key-wide", "gpt-unscaled",
+        "gpt-unscaled-reference", "gpt-dropout-in-eval"])
 def test_a_later_layers_weights_are_checked_and_named(module, rule, line, starts, ends):
-    """A model of several attention layers whose last layer's softmax or mask is wrong passed rows-sum-to-one and
-    mask-convention, which read the first attention alone; they read each, and a failure names the attention and the
-    line of its softmax."""
+    """A model of several attention layers whose last layer's softmax, mask, scale or dropout is wrong passed the
+    rules that read the recorded attention, which read the first alone; they read each, and a failure names the
+    attention and the line of its softmax."""
     torch.manual_seed(0)
     check = verdict(module().eval(), rule, rules=[rule])
     assert check.status == "fail" and check.evidence.startswith(starts.format(line=user_modules_line(line))), check
