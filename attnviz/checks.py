@@ -263,6 +263,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         own_file = tracing.class_file(module)
         longer = functools.cache(functools.partial(_traced_each, module, x))  # one forward on W + 2 for every layer
         context = functools.cache(functools.partial(tracing.module_context, module))  # read once, when needed
+        window_reads = functools.cache(_window_reads)  # per layer, once for all its attentions
+        declares_itself = functools.cache(lambda: "" in layer_windows(module))
         run = {
             "rows-sum-to-one": lambda: _in_every_attention(
                 "rows-sum-to-one", lambda index, one: rows_sum_to_one(one), each, recording, own_file),
@@ -272,7 +274,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                                                                len(each), own_file)),
             "mask-convention": lambda: _in_every_attention("mask-convention", lambda index, one: _causal_hint(
                 mask_convention(one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
-                                **_layer_windows(module, recording, one, alone=len(each) == 1),
+                                **_layer_windows(module, recording, one, alone=len(each) == 1, reads=window_reads,
+                                                 declares_itself=declares_itself),
                                 fill=fill if index == 0 else _finite_fill(recording, module, one),
                                 longer=lambda n, index=index: _nth(longer(n), index), context=context()), one),
                 each, recording, own_file),
@@ -301,7 +304,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
             run["mask-convention"] = lambda: _in_every_attention("mask-convention", lambda index, one: _causal_hint(
                 mask_convention(one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
-                                **_layer_windows(module, recording, one, alone=len(each) == 1),
+                                **_layer_windows(module, recording, one, alone=len(each) == 1, reads=window_reads,
+                                                 declares_itself=declares_itself),
                                 fill=fill if index == 0 else _finite_fill(recording, module, one)), one),
                 each, recording, own_file)
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
@@ -425,24 +429,27 @@ def _scale_reading(module: nn.Module, attention: tracing.Attention, index: int, 
     return {"width": own, "declared": declared_scales(module, own.head_dim)}
 
 
+def _window_reads(owner: nn.Module) -> dict:
+    """What ``owner`` declares of its window, as mask-convention reads it: ``declared``, ``cache_length`` and
+    ``window_named`` (:func:`mask_convention`)."""
+    return {"declared": attention_window(owner), "cache_length": cache_length_reading(owner),
+            "window_named": window_said(owner)}
+
+
 def _layer_windows(module: nn.Module, recording: tracing.Recording, attention: tracing.Attention, *,
-                   alone: bool) -> dict:
-    """mask-convention's reading of the window ``attention`` is held to: ``declared``, ``cache_length`` and
-    ``window_named`` (:func:`mask_convention`).  The forward's only attention (``alone``), or one of a model that
-    declares a window itself (its own attribute or config), is held to what the module declares; one of several to
-    what the layers whose class's forward computed it declare (:func:`_layers_computing`) when they all declare the
-    same — a full layer that keeps no window beside a window layer of another class is held to none, and so is a
-    layer class whose layers keep different windows (its hidden cells say which) —, else to what the module
+                   alone: bool, reads: Callable[[nn.Module], dict] = _window_reads,
+                   declares_itself: Callable[[], bool] | None = None) -> dict:
+    """mask-convention's reading of the window ``attention`` is held to (:func:`_window_reads`, ``reads``: the same,
+    read once per module by the caller).  The forward's only attention (``alone``), or one of a model that declares a
+    window itself (its own attribute or config: ``declares_itself()``), is held to what the module declares; one of
+    several to what the layers whose class's forward computed it declare (:func:`_layers_computing`) when they all
+    declare the same — a full layer that keeps no window beside a window layer of another class is held to none, and
+    so is a layer class whose layers keep different windows (its hidden cells say which) —, else to what the module
     declares."""
-    owners = [] if alone or "" in layer_windows(module) else _layers_computing(module, recording, attention)
-    owners = owners or [module]
-
-    def agreed(read):
-        said = [read(owner) for owner in owners]
-        return said[0] if all(value == said[0] for value in said) else None
-
-    return {"declared": agreed(attention_window), "cache_length": agreed(cache_length_reading),
-            "window_named": agreed(window_said)}
+    itself = declares_itself() if declares_itself is not None else "" in layer_windows(module)
+    owners = [] if alone or itself else _layers_computing(module, recording, attention)
+    said = [reads(owner) for owner in owners or [module]]
+    return {name: said[0][name] if all(one[name] == said[0][name] for one in said) else None for name in said[0]}
 
 
 def _layers_computing(module: nn.Module, recording: tracing.Recording,
