@@ -896,6 +896,10 @@ def _leak_causes(module: nn.Module, changed: torch.Tensor, j: int, attentions: l
                             before=named(index - 1) if index else None, last=index == len(attentions) - 1)
         if cause:
             return f" — {named(index)}: {cause.removeprefix(' — ')}"
+        hidden = attention.masked_cells()  # (b, h, nq, nk)
+        nq, nk = hidden.shape[-2:]
+        if not hidden[..., torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)].all():
+            return ""  # this attention sees a future key (mask-convention names it): the attentions after it see it too
     return ""
 
 
