@@ -241,9 +241,11 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         attention, _ = tracing.combine(recording.attentions)
         _require_finite_output(recording.output, recording.attentions)
         not_finite = not_finite_output(recording, module, selected)  # the outputs cannot be compared
+        each = _each_attention(recording, attention)
+        random = any(_dropout_acts(one) for one in each)  # in eval mode: two forwards of the same input differ
         traced = meter.forwards
         appended = uncached_appends(module, x, recording.output, kept,  # every forward after it would read it
-                                     random=_dropout_acts(attention))
+                                     random=random)
         told = meter.forwards - traced  # the forwards that told whether the trace wrote to a cache: 0 to 2
         causal_said = _causal_said_by(module, attention, causal)
         unmasked = _unmasked(module, causal_said)
@@ -258,8 +260,9 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         width = score_width(module, attention)
         declared = declared_scales(module, width.head_dim)
         cap = declared_softcap(module, sizes.get("softcap"))
-        sinks = declared_sinks(module, attention.weights.shape[1])
-        each = _each_attention(recording, attention)
+        sinks_for = functools.cache(functools.partial(declared_sinks, module))  # by the number of heads
+        scale_reading = functools.cache(  # by the attention's index: scaling and matches-reference both read it
+            lambda index: _scale_reading(module, each[index], index, width, declared))
         own_file = tracing.class_file(module)
         longer = functools.cache(functools.partial(_traced_each, module, x))  # one forward on W + 2 for every layer
         context = functools.cache(functools.partial(tracing.module_context, module))  # read once, when needed
@@ -280,8 +283,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                 longer=lambda n, index=index: _nth(longer(n), index), context=context()), one),
                 each, recording, own_file),
             "scaling": lambda: _in_every_attention("scaling", lambda index, one: scaling(
-                one, weightless=weightless, **_scale_reading(module, one, index, width, declared)), each, recording,
-                own_file),
+                one, weightless=weightless, **scale_reading(index)), each, recording, own_file),
             "rotary-placement": lambda: rotary_placement(module, x, built_base=sizes.get("rope_base")),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: _dropout_in_each(module, x, each, recording,
@@ -293,8 +295,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                     recording, one, causal, scaled=not unscaled if index == 0 else not (
                         weightless and applies_no_scale(one)),
                     window=window if index == 0 else sliding_window(one) if causal else None, causal_said=causal_said,
-                    **_scale_reading(module, one, index, width, declared), cap=cap,
-                    sinks=sinks if index == 0 else declared_sinks(module, one.weights.shape[1]),
+                    **scale_reading(index), cap=cap, sinks=sinks_for(one.weights.shape[1]),
                     fill=fill if index == 0 else _finite_fill(recording, module, one), own_file=own_file),
                     each, recording, own_file)),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention),
@@ -309,7 +310,6 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                 fill=fill if index == 0 else _finite_fill(recording, module, one)), one),
                 each, recording, own_file)
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
-        random = any(_dropout_acts(one) for one in each)  # in eval mode: two forwards of the same input differ
         checks = []
         for rule in selected:
             meter.rule = rule

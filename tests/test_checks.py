@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import user_modules as um
+from torch import nn
 
 from attnviz import checks, time_limit, tracing, variants
 from attnviz.config import AttentionConfig
@@ -924,9 +925,9 @@ K_AND_V = "layers[{0}].cache_k (1, 2, {1}, 8), layers[{0}].cache_v (1, 2, {1}, 8
                             "rightly keeps every token")),
 ], ids=["two-window-one-full", "one-window-one-full", "window-layers-keep-all"])
 def test_kv_cache_checks_each_layer_against_its_own_window(layers, keeps_all, verdict_words):
-    """The book's bonus SWA model alternates window and full layers: its layers disagree on the window, so kv-cache
-    read none and never saw window layers that keep every token — and with one window layer it read that layer's W
-    for the whole model and failed the full layer's cache, which must keep every token."""
+    """A model that alternates window and full layers, as the book's bonus SWA model does: kv-cache holds each window
+    layer's cache to that layer's own W and fails one that keeps every token, naming it, while each full layer's
+    cache keeps every token and passes — with one window layer as with several."""
     n_layers, stride = layers
     torch.manual_seed(0)
     module = um.WindowAndFullLayers(n_layers=n_layers, sliding_window_stride=stride, keeps_all=keeps_all).eval()
@@ -948,9 +949,9 @@ BESIDE_FULL_PLAN = ("two sequences, each after reset_kv_cache(): a prefill of 4 
                     "full rightly keeps every token")),
 ], ids=["right", "window-layer-keeps-all"])
 def test_kv_cache_holds_a_plain_layer_beside_a_window_layer_to_no_window(window_keeps_all, verdict_words):
-    """The book's cached MultiHeadAttention, which keeps no window attribute at all, beside a sliding-window layer: the
-    model declared the window layer's W alone, so kv-cache held every cache to it and failed the full layer's, which
-    must keep every token.  An attention layer of the model's own that declares no window is a full layer."""
+    """The book's cached MultiHeadAttention, which keeps no window attribute at all, beside a sliding-window layer,
+    which declares its W: kv-cache holds the window layer's cache to W and lets the full layer's keep every token.
+    An attention layer of the model's own that declares no window is a full layer."""
     torch.manual_seed(0)
     module = um.CachedWindowBesideFull(window_keeps_all=window_keeps_all).eval()
     assert verdict(module, "kv-cache", rules=["kv-cache"]) == checks.Check("kv-cache", *verdict_words)
@@ -1026,8 +1027,8 @@ DIAGONAL_NAN = ("the output is NaN at 2 of 16 positions (first: item 0, position
     (["causal", "batch-independence"], ("fail", "cannot be checked: {nan} — fix that, then check again")),
 ], ids=["beside mask-convention", "alone"])
 def test_a_nan_output_is_not_passed_by_the_rules_that_compare_outputs(rules, verdict_words):
-    """Query 0 hides every key: its output is NaN, which equals nothing, so causal and batch-independence saw no
-    change and passed.  They say they could not check, and where the NaN starts; a skip points to the rule that fails
+    """Query 0 hides every key: its output is NaN, which equals nothing, so comparing outputs shows no change.  causal
+    and batch-independence say they could not check, and where the NaN starts; a skip points to the rule that fails
     for it, and without that rule they fail, so the check never passes the module."""
     torch.manual_seed(0)
     results = {c.rule: c for c in checks.check_module(um.DiagonalHidden(fill="-inf").eval(), rules=rules)}
@@ -1038,9 +1039,8 @@ def test_a_nan_output_is_not_passed_by_the_rules_that_compare_outputs(rules, ver
 
 
 def test_a_nan_output_from_a_later_layer_is_named_there():
-    """The second layer's query 0 hides every key: the check stopped, saying the NaN came after the attention, as it
-    read the first layer's weights alone.  The rules that compare outputs say where it starts, pointing to
-    mask-convention, which reads every layer and fails the second's hidden diagonal, naming it."""
+    """The second layer's query 0 hides every key: the rules that compare outputs say the NaN starts in that layer's
+    weights, pointing to mask-convention, which reads every layer and fails the second's hidden diagonal, naming it."""
     torch.manual_seed(0)
     module = um.TwoCachedLayers(second_bug="diagonal-hidden").eval()
     results = {c.rule: c for c in checks.check_module(module, rules=["rows-sum-to-one", "causal", "mask-convention"])}
@@ -1083,9 +1083,9 @@ SWA_SOFTMAX = "attn_weights = self.dropout(torch.softmax(attn_scores / keys.shap
 ], ids=["gpt-softmax-over-queries", "gpt-future-visible", "window-layer-one-key-wide", "gpt-unscaled",
         "gpt-unscaled-reference", "gpt-dropout-in-eval"])
 def test_a_later_layers_weights_are_checked_and_named(module, rule, line, starts, ends):
-    """A model of several attention layers whose last layer's softmax, mask, scale or dropout is wrong passed the
-    rules that read the recorded attention, which read the first alone; they read each, and a failure names the
-    attention and the line of its softmax."""
+    """A model of several attention layers whose last layer's softmax, mask, scale or dropout is wrong fails the rule
+    that reads it in the recorded attentions, which reads each of them, and the failure names the attention and the
+    line of its softmax."""
     torch.manual_seed(0)
     check = verdict(module().eval(), rule, rules=[rule])
     assert check.status == "fail" and check.evidence.startswith(starts.format(line=user_modules_line(line))), check
@@ -1104,9 +1104,8 @@ def test_a_later_layers_weights_are_checked_and_named(module, rule, line, starts
     ({"first_bug": "one-future-visible"}, ""),  # mask-convention names it: the later layers are not blamed
 ], ids=["last-softmax-over-queries", "first-heads-put-back-wrong", "first-sees-a-future-key"])
 def test_causal_names_the_attention_a_models_leak_is_in(bugs, words):
-    """causal read where the leak is from the first attention alone: a later layer's softmax over the queries was
-    blamed on how the first layer's heads are put back together.  It reads each attention in order and names the
-    first that moves."""
+    """causal looks for where a model's leak is in each attention in order and names the first that moves: a later
+    layer's softmax over the queries is named there, not in how the first layer's heads are put back together."""
     torch.manual_seed(0)
     check = verdict(um.SmallGPT(**bugs).eval(), "causal", rules=["causal"])
     cause = f" — {words.format(line=user_modules_line(MHA_SOFTMAX))}" if words else ""
@@ -1115,9 +1114,9 @@ def test_causal_names_the_attention_a_models_leak_is_in(bugs, words):
 
 @pytest.mark.parametrize("full_first", [False, True], ids=["window-then-full", "full-then-window"])
 def test_a_full_layer_beside_a_window_layer_is_held_to_no_window(full_first):
-    """A plain attention that keeps no window, beside a sliding-window layer: the model declares the window layer's W,
-    and the full layer, first, failed as "the window is never applied"; each attention is held to the window of the
-    layer that computed it."""
+    """A plain attention that keeps no window, beside a sliding-window layer whose W the model declares: each attention
+    is held to the window of the layer that computed it, so the full layer, first or second, is not failed as "the
+    window is never applied"."""
     torch.manual_seed(0)
     module = um.WindowThenFull(full_first=full_first).eval()
     window = (f"on line {user_modules_line(SWA_SOFTMAX)}: sliding window W = 3: the hidden cells are the future and "
@@ -1130,8 +1129,8 @@ def test_a_full_layer_beside_a_window_layer_is_held_to_no_window(full_first):
 
 def test_nan_queries_are_not_checked_by_the_rules_that_compare_what_they_make():
     """One weight of W_query is NaN (never initialised): the reference computed from the module's own Q is NaN too,
-    and matches-reference blamed a bias added to the scores; rotary-placement, every score seeming to move, blamed a
-    position embedding inside the module."""
+    and every score seems to move: matches-reference says it could not check, and rotary-placement that the queries
+    hold NaN, blaming neither a bias added to the scores nor a position embedding."""
     torch.manual_seed(0)
     module = um.LearnerRotaryGQA(16, 16, 16, 0.0, 4, num_kv_groups=2).eval()
     with torch.no_grad():
@@ -1148,8 +1147,8 @@ def test_nan_queries_are_not_checked_by_the_rules_that_compare_what_they_make():
 
 
 def test_a_nan_output_is_not_passed_by_kv_cache():
-    """The cached module's uncached output is NaN at query 0: kv-cache compared NaN with NaN and blamed the step's
-    mask position for a difference of inf."""
+    """The cached module's uncached output is NaN at query 0: kv-cache says it cannot compare NaN outputs, not that the
+    step's mask position is wrong."""
     torch.manual_seed(0)
     module = um.LearnerCachedMHA(16, 16, 16, 0.0, 2, bug="diagonal-hidden").eval()
     check = verdict(module, "kv-cache", rules=["mask-convention", "kv-cache"])
@@ -1735,3 +1734,30 @@ def test_a_forward_that_caches_by_default_is_called_uncached_where_attnviz_means
     assert torch.equal(tracing.run_forward(module, x), tracing.run_forward(told, x))
     assert module.k_cache is None and tracing.run_forward(module, x[:, :3], use_cache=True).shape == (2, 3, 32)
     assert module.k_cache.shape == (2, 2, 3, 8)  # use_cache=True given is passed as given
+
+
+class KeepsItsLastOutput(nn.Module):
+    """A learner's small GPT that keeps its last output for plotting (no cache: every forward rewrites it), whose
+    last layer's dropout acts in eval mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.gpt = um.SmallGPT(last_bug="dropout-in-eval")
+        self.last_output = None
+
+    def forward(self, x):
+        out = self.gpt(x)  # (b, n, d_in)
+        self.last_output = out.detach()  # (b, n, d_in)
+        return out
+
+
+def test_a_later_layers_eval_mode_dropout_is_not_taken_for_a_cache_write():
+    """Two forwards of a model whose later layer's dropout acts in eval mode differ, and so does what it keeps for
+    plotting: with the same random numbers they agree, so the kv-cache rule finds no cache written, and
+    dropout-placement names the layer."""
+    torch.manual_seed(0)
+    found = {check.rule: check for check in checks.check_module(KeepsItsLastOutput().eval(),
+                                                                rules=["kv-cache", "dropout-placement"])}
+    assert "adds to" not in found["kv-cache"].evidence and "writes to" not in found["kv-cache"].evidence, found
+    assert found["dropout-placement"].status == "fail", found
+    assert found["dropout-placement"].evidence.startswith("attention 2 of 2 on line"), found
