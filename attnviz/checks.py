@@ -398,8 +398,8 @@ def _in_every_attention(rule: str, verdict: Callable[[int, tracing.Attention], C
                         own_file: str | None) -> Check:
     """``rule``'s verdict on every attention of the forward (``verdict(index, attention)``, in order, up to the first
     that fails): one attention's as it is; of several, the first failure, named "attention 2 of 2 on line 30: …", else
-    a pass that holds for each of them (its words once when they are the same, else each attention's named), else the
-    first attention's skip."""
+    the first attention's skip when the rule checked none, else the first it did not check, named, else a pass that
+    holds for each of them (its words once when they are the same, else each attention's named)."""
     if len(attentions) == 1:
         return verdict(0, attentions[0])
     total = len(attentions)
@@ -412,6 +412,10 @@ def _in_every_attention(rule: str, verdict: Callable[[int, tracing.Attention], C
         found.append(check)
     if all(check.status == "skip" for check in found):
         return found[0]
+    skipped = next((index for index, check in enumerate(found) if check.status == "skip"), None)
+    if skipped is not None:  # what holds for the others is not known of this one: the rule did not check it
+        return Check(rule, "skip", f"{_attention_named(recording, attentions[skipped], skipped, total, own_file)}: "
+                                   f"{found[skipped].evidence}")
     if all(check == found[0] for check in found):
         return Check(rule, "pass", f"{found[0].evidence} — in each of the {total} attentions")
     return Check(rule, "pass", "; ".join(f"{_attention_named(recording, attention, index, total, own_file)}: "

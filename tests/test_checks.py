@@ -1761,3 +1761,24 @@ def test_a_later_layers_eval_mode_dropout_is_not_taken_for_a_cache_write():
     assert "adds to" not in found["kv-cache"].evidence and "writes to" not in found["kv-cache"].evidence, found
     assert found["dropout-placement"].status == "fail", found
     assert found["dropout-placement"].evidence.startswith("attention 2 of 2 on line"), found
+
+
+@pytest.mark.parametrize(("statuses", "expected"), [
+    (("pass", "skip"), ("skip", "attention 2 of 2 on line {line}: not checked here")),
+    (("skip", "pass"), ("skip", "attention 1 of 2 on line {line}: not checked here")),
+    (("skip", "skip"), ("skip", "not checked here")),
+    (("pass", "pass"), ("pass", "holds — in each of the 2 attentions")),
+], ids=["second-skips", "first-skips", "both-skip", "both-pass"])
+def test_a_rule_that_could_not_check_one_of_a_models_attentions_does_not_pass(statuses, expected):
+    """A rule's verdict on a model of two attentions: where it could not check one of them, the verdict is a skip
+    naming that attention, not a pass that holds for the other alone."""
+    module = um.SmallGPT().eval()
+    recording = tracing.record(module, checks.default_input(module))
+    attention, _ = tracing.combine(recording.attentions)
+    each = checks._each_attention(recording, attention)
+    words = {"pass": "holds", "skip": "not checked here"}
+    check = checks._in_every_attention(
+        "scaling", lambda index, one: checks.Check("scaling", statuses[index], words[statuses[index]]), each,
+        recording, tracing.class_file(module))
+    line = user_modules_line(MHA_SOFTMAX)
+    assert (check.status, check.evidence) == (expected[0], expected[1].format(line=line)), check
