@@ -250,19 +250,14 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         causal_said = _causal_said_by(module, attention, causal)
         unmasked = _unmasked(module, causal_said)
         triangles = _triangles(recording, module)
-        fill = _finite_fill(recording, module, attention)
         if causal is None:
             causal = tracing.infer_causal(recording, attention, module) or _capped_mask(attention)
         meter.planned = _planned_forwards(module, x, selected, causal) + told
-        window = sliding_window(attention) if causal else None
         weightless = _weightless(module)
-        unscaled = weightless and applies_no_scale(attention)  # the book's 3.3: its reference is unscaled too
-        width = score_width(module, attention)
-        declared = declared_scales(module, width.head_dim)
         cap = declared_softcap(module, sizes.get("softcap"))
         sinks_for = functools.cache(functools.partial(declared_sinks, module))  # by the number of heads
         scale_reading = functools.cache(  # by the attention's index: scaling and matches-reference both read it
-            lambda index: _scale_reading(module, each[index], index, width, declared))
+            lambda index: _scale_reading(module, each[index]))
         own_file = tracing.class_file(module)
         longer = functools.cache(functools.partial(_traced_each, module, x))  # one forward on W + 2 for every layer
         context = functools.cache(functools.partial(tracing.module_context, module))  # read once, when needed
@@ -279,7 +274,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                 mask_convention(one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
                                 **_layer_windows(module, recording, one, alone=len(each) == 1, reads=window_reads,
                                                  declares_itself=declares_itself),
-                                fill=fill if index == 0 else _finite_fill(recording, module, one),
+                                fill=_finite_fill(recording, module, one),
                                 longer=lambda n, index=index: _nth(longer(n), index), context=context()), one),
                 each, recording, own_file),
             "scaling": lambda: _in_every_attention("scaling", lambda index, one: scaling(
@@ -292,11 +287,10 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "matches-reference": lambda: (
                 not_finite.verdict("matches-reference") if not_finite is not None and not_finite.inputs else  # Q, K, V
                 _in_every_attention("matches-reference", lambda index, one: matches_reference(
-                    recording, one, causal, scaled=not unscaled if index == 0 else not (
-                        weightless and applies_no_scale(one)),
-                    window=window if index == 0 else sliding_window(one) if causal else None, causal_said=causal_said,
+                    recording, one, causal, scaled=not (weightless and applies_no_scale(one)),  # the book's 3.3
+                    window=sliding_window(one) if causal else None, causal_said=causal_said,
                     **scale_reading(index), cap=cap, sinks=sinks_for(one.weights.shape[1]),
-                    fill=fill if index == 0 else _finite_fill(recording, module, one), own_file=own_file),
+                    fill=_finite_fill(recording, module, one), own_file=own_file),
                     each, recording, own_file)),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention),
                                          not_finite=not_finite),
@@ -307,7 +301,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                 mask_convention(one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
                                 **_layer_windows(module, recording, one, alone=len(each) == 1, reads=window_reads,
                                                  declares_itself=declares_itself),
-                                fill=fill if index == 0 else _finite_fill(recording, module, one)), one),
+                                fill=_finite_fill(recording, module, one)), one),
                 each, recording, own_file)
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
         checks = []
@@ -423,12 +417,9 @@ def _in_every_attention(rule: str, verdict: Callable[[int, tracing.Attention], C
                                          in enumerate(zip(attentions, found))))
 
 
-def _scale_reading(module: nn.Module, attention: tracing.Attention, index: int, width: ScoreWidth,
-                   declared: tuple[DeclaredScale, ...]) -> dict:
-    """The ``width`` and ``declared`` scales scaling and matches-reference judge ``attention`` by: the first
-    attention's as the check read them, another's read off its own scores (:func:`score_width`)."""
-    if index == 0:
-        return {"width": width, "declared": declared}
+def _scale_reading(module: nn.Module, attention: tracing.Attention) -> dict:
+    """The ``width`` and ``declared`` scales scaling and matches-reference judge ``attention`` by, read off its own
+    scores (:func:`score_width`)."""
     own = score_width(module, attention)
     return {"width": own, "declared": declared_scales(module, own.head_dim)}
 
