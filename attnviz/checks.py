@@ -263,6 +263,17 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         context = functools.cache(functools.partial(tracing.module_context, module))  # read once, when needed
         window_reads = functools.cache(_window_reads)  # per layer, once for all its attentions
         declares_itself = functools.cache(lambda: "" in layer_windows(module))
+
+        def mask_convention_of(index: int, one: tracing.Attention, longer_too: bool = False) -> Check:
+            """mask-convention on the forward's attention ``one``; ``longer_too``: with the longer forwards and the
+            context that show a window past the traced tokens."""
+            more = {"longer": lambda n: _nth(longer(n), index), "context": context()} if longer_too else {}
+            return _causal_hint(mask_convention(
+                one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
+                **_layer_windows(module, recording, one, alone=len(each) == 1, reads=window_reads,
+                                 declares_itself=declares_itself),
+                fill=_finite_fill(recording, module, one), **more), one)
+
         run = {
             "rows-sum-to-one": lambda: _in_every_attention(
                 "rows-sum-to-one", lambda index, one: rows_sum_to_one(one), each, recording, own_file),
@@ -270,13 +281,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                           unmasked=unmasked, not_finite=not_finite, attentions=each,
                                           named=lambda index: _attention_named(recording, each[index], index,
                                                                                len(each), own_file)),
-            "mask-convention": lambda: _in_every_attention("mask-convention", lambda index, one: _causal_hint(
-                mask_convention(one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
-                                **_layer_windows(module, recording, one, alone=len(each) == 1, reads=window_reads,
-                                                 declares_itself=declares_itself),
-                                fill=_finite_fill(recording, module, one),
-                                longer=lambda n, index=index: _nth(longer(n), index), context=context()), one),
-                each, recording, own_file),
+            "mask-convention": lambda: _in_every_attention("mask-convention", functools.partial(
+                mask_convention_of, longer_too=True), each, recording, own_file),
             "scaling": lambda: _in_every_attention("scaling", lambda index, one: scaling(
                 one, weightless=weightless, **scale_reading(index)), each, recording, own_file),
             "rotary-placement": lambda: rotary_placement(module, x, built_base=sizes.get("rope_base")),
@@ -297,12 +303,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
-            run["mask-convention"] = lambda: _in_every_attention("mask-convention", lambda index, one: _causal_hint(
-                mask_convention(one, causal, causal_said=causal_said, unmasked=unmasked, triangles=triangles,
-                                **_layer_windows(module, recording, one, alone=len(each) == 1, reads=window_reads,
-                                                 declares_itself=declares_itself),
-                                fill=_finite_fill(recording, module, one)), one),
-                each, recording, own_file)
+            run["mask-convention"] = lambda: _in_every_attention("mask-convention", mask_convention_of, each,
+                                                                 recording, own_file)
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
         checks = []
         for rule in selected:
