@@ -434,8 +434,7 @@ def _window_reads(owner: nn.Module) -> dict:
 
 
 def _layer_windows(module: nn.Module, recording: tracing.Recording, attention: tracing.Attention, *,
-                   alone: bool, reads: Callable[[nn.Module], dict] = _window_reads,
-                   declares_itself: Callable[[], bool] | None = None) -> dict:
+                   alone: bool, reads: Callable[[nn.Module], dict], declares_itself: Callable[[], bool]) -> dict:
     """mask-convention's reading of the window ``attention`` is held to (:func:`_window_reads`, ``reads``: the same,
     read once per module by the caller).  The forward's only attention (``alone``), or one of a model that declares a
     window itself (its own attribute or config: ``declares_itself()``), is held to what the module declares; one of
@@ -443,8 +442,7 @@ def _layer_windows(module: nn.Module, recording: tracing.Recording, attention: t
     declare the same — a full layer that keeps no window beside a window layer of another class is held to none, and
     so is a layer class whose layers keep different windows (its hidden cells say which) —, else to what the module
     declares."""
-    itself = declares_itself() if declares_itself is not None else "" in layer_windows(module)
-    owners = [] if alone or itself else _layers_computing(module, recording, attention)
+    owners = [] if alone or declares_itself() else _layers_computing(module, recording, attention)
     said = [reads(owner) for owner in owners or [module]]
     return {name: said[0][name] if all(one[name] == said[0][name] for one in said) else None for name in said[0]}
 
@@ -879,9 +877,7 @@ def _leak_causes(module: nn.Module, changed: torch.Tensor, j: int, attentions: l
                  causal_said: str | None, unmasked: str | None, named: Callable[[int], str]) -> str:
     """:func:`_leak_cause` for every attention of the forward, in order (a model's layers, ``named(index)``: "attention
     2 of 2 on line 30"): the first that tells where the leak is, named — the module run again on ``changed`` once, for
-    all of them; one attention's words as they are."""
-    if len(attentions) == 1:
-        return _leak_cause(module, changed, j, attentions[0], causal_said, unmasked)
+    all of them."""
     try:
         recording = tracing.record(module, changed)
         reruns = _each_attention(recording, tracing.combine(recording.attentions)[0])
