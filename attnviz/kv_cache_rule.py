@@ -425,11 +425,12 @@ def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int
     keeps is its own choice, so more tokens than the window needs are said in the pass, not failed."""
     if held is None:
         return Check("kv-cache", "pass", words)
-    excess = _cache_excess(module, held, n, sizes, window=supplied is None)
+    layers = _held_windows(module, held)
+    excess = _cache_excess(module, held, n, sizes, window=supplied is None, layers=layers)
     if excess is not None:
         return Check("kv-cache", "fail", f"{words}, but {excess}")
-    words = f"{words}; after {counted(n)} {_by_layer_words(module, held) or f'the cache holds {held.words()}'}"
-    over = _over_window(module, held, sizes) if supplied is not None else None
+    words = f"{words}; after {counted(n)} {_by_layer_words(held, layers) or f'the cache holds {held.words()}'}"
+    over = _over_window(module, held, layers, sizes) if supplied is not None else None
     if over is not None:
         window = over.window
         words += (f" — more than a window of W = {window} needs, and not the layer's doing: the {supplied} attnviz "
@@ -1282,7 +1283,7 @@ def _held(now: dict[str, torch.Tensor], fed: list[dict[str, torch.Size]],
 
 
 def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[str, int] | None = None, *,
-                  window: bool = True) -> str | None:
+                  window: bool = True, layers: dict[str, tuple[str, int | None]]) -> str | None:
     """Words for a cache that shows, after n tokens, the known waste of the variant the module declares (its own
     attributes in any spelling of :func:`declared_size`, else ``sizes``: the sizes it was built with, and the heads
     and head_dim its uncached trace measured — :func:`cache_sizes`), its outputs right; None when it shows none — then
@@ -1291,9 +1292,9 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
     :func:`_repeated_heads`, :func:`_full_keys_values`.  Anything else a cache keeps (a rotary key, its tokens'
     positions) is no evidence of waste.  A wrapper that declares no variant is read through the one submodule that
     does (:func:`_declaring`) — but for its windows, which :func:`_over_window` reads layer by layer where they
-    differ, by the paths of the cache's tensors under ``module``."""
+    differ, by the paths of the cache's tensors under ``module`` (``layers``: :func:`_held_windows`)."""
     sizes = dict(sizes or {})
-    if window and (words := _window_excess(module, held, n, sizes)) is not None:
+    if window and (words := _window_excess(module, held, n, sizes, layers)) is not None:
         return words
     for check in (_repeated_heads, _full_keys_values):
         if (words := check(_declaring(module), held, n, sizes)) is not None:
@@ -1301,13 +1302,14 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
     return None
 
 
-def _window_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: dict[str, int]) -> str | None:
+def _window_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: dict[str, int],
+                   layers: dict[str, tuple[str, int | None]]) -> str | None:
     """``sliding_window_size`` W: a tensor holding more than W tokens along the dimension that grows
     (:func:`_over_window`), named with the bytes the cache holds, what each token adds and what W tokens take.  A
     failure, not a note in the pass: the mask hides the keys W or more behind, so every output is right and only the
     cache's size shows it — a memory that grows with the whole text where W entries suffice (the book's SWA cache,
     ``ch04/06_swa``, keeps W), which is what a sliding window's cache exists to bound."""
-    over = _over_window(module, held, sizes)
+    over = _over_window(module, held, layers, sizes)
     if over is None:
         return None
     longest, window, layer = over.longest, over.window, over.layer
@@ -1391,13 +1393,14 @@ class _OverWindow(NamedTuple):
     over: tuple[str, ...] = ()  # per layer: the window layers whose caches hold more than their W, in module order
 
 
-def _over_window(module: nn.Module, held: _CacheHeld, sizes: Mapping[str, int] | None = None) -> _OverWindow | None:
+def _over_window(module: nn.Module, held: _CacheHeld, layers: dict[str, tuple[str, int | None]],
+                 sizes: Mapping[str, int] | None = None) -> _OverWindow | None:
     """The tensor holding the most tokens when it holds more than W — the window the module, or its submodules,
     declare (:func:`_kept_window`), else ``sizes``'; for a module whose layers declare different windows (the book's
     ``06_swa`` model: window layers and, every ``sliding_window_stride``-th, a full one), each tensor against its own
-    layer's window (:func:`_layer_windows`), a full layer's keeping every token; None when none holds more."""
+    layer's window (``layers``: :func:`_held_windows`), a full layer's keeping every token; None when none holds
+    more."""
     window = _kept_window(module)
-    layers = _layer_windows(module, held) if window is None else _beside_plain_layers(module, held)
     if any(said is not None for _, said in layers.values()):
         over = {path: (layer, said) for path, (layer, said) in layers.items()
                 if said is not None and held.tokens[path] > said}
@@ -1413,11 +1416,11 @@ def _over_window(module: nn.Module, held: _CacheHeld, sizes: Mapping[str, int] |
     return _OverWindow(longest, window)
 
 
-def _by_layer_words(module: nn.Module, held: _CacheHeld) -> str | None:
-    """For a module whose layers declare different windows (:func:`_over_window`), what each layer's cache holds, its
-    window beside it: "each layer's cache holds what its attention needs — layers[0], layers[1] (a window of W = 3): 3
-    tokens; layers[2] (full attention): 8 tokens — layers[0].cache_k (1, 2, 3, 8), …"; None for any other module."""
-    layers = _layer_windows(module, held) if _kept_window(module) is None else _beside_plain_layers(module, held)
+def _by_layer_words(held: _CacheHeld, layers: dict[str, tuple[str, int | None]]) -> str | None:
+    """For a module whose layers declare different windows (``layers``: :func:`_held_windows`), what each layer's
+    cache holds, its window beside it: "each layer's cache holds what its attention needs — layers[0], layers[1] (a
+    window of W = 3): 3 tokens; layers[2] (full attention): 8 tokens — layers[0].cache_k (1, 2, 3, 8), …"; None for
+    any other module."""
     if not any(said is not None for _, said in layers.values()):
         return None
     kept: dict[str, tuple[int | None, int]] = {}  # layer -> (its window, the most tokens one of its tensors holds)
@@ -1431,11 +1434,19 @@ def _by_layer_words(module: nn.Module, held: _CacheHeld) -> str | None:
     return f"each layer's cache holds what its attention needs — {parts} — {held.shapes_words()}"
 
 
-def _layer_windows(module: nn.Module, held: _CacheHeld) -> dict[str, tuple[str, int | None]]:
-    """Each cache tensor that grows by a token -> (the deepest object on its path that declares a window of its own,
-    that window: :func:`attnviz.declarations.layer_windows`, W or None for a full layer); tensors under none are left
-    out."""
+def _held_windows(module: nn.Module, held: _CacheHeld) -> dict[str, tuple[str, int | None]]:
+    """Each cache tensor -> (its layer, that layer's window) as kv-cache holds the tensors of a module whose layers
+    declare different windows: :func:`_tensor_windows` for a module that keeps no one window (:func:`_kept_window`),
+    else :func:`_beside_plain_layers`."""
     windows = layer_windows(module)
+    return (_tensor_windows(held, windows) if _kept_window(module) is None
+            else _beside_plain_layers(module, held, windows))
+
+
+def _tensor_windows(held: _CacheHeld, windows: dict[str, int | None]) -> dict[str, tuple[str, int | None]]:
+    """Each cache tensor that grows by a token -> (the deepest object on its path that declares a window of its own,
+    that window: ``windows``, :func:`attnviz.declarations.layer_windows`, W or None for a full layer); tensors under
+    none are left out."""
     found = {}
     for path in held.tokens:
         layer = max((at for at in windows if at == "" or path.startswith((f"{at}.", f"{at}["))), key=len, default=None)
@@ -1444,17 +1455,18 @@ def _layer_windows(module: nn.Module, held: _CacheHeld) -> dict[str, tuple[str, 
     return found
 
 
-def _beside_plain_layers(module: nn.Module, held: _CacheHeld) -> dict[str, tuple[str, int | None]]:
+def _beside_plain_layers(module: nn.Module, held: _CacheHeld,
+                         windows: dict[str, int | None]) -> dict[str, tuple[str, int | None]]:
     """For a module that declares one window W only through its submodules (:func:`_kept_window`; the module itself,
     its attribute or config, declares none) and holds a cache tensor in an attention layer of its own that declares no
     window at all — a submodule with a forward of its own, no object on the tensor's path keeping a window: the book's
     plain cached MultiHeadAttention beside a sliding-window layer —, each tensor -> (its layer, that layer's window,
-    None for the plain layer's, which rightly keeps every token), as :func:`_layer_windows` reads a model whose layers
-    disagree; {} for any other module (its one W holds every cache tensor, a list of caches on the model included)."""
-    windows = layer_windows(module)
+    None for the plain layer's, which rightly keeps every token), as :func:`_tensor_windows` reads a model whose
+    layers disagree (``windows``: :func:`attnviz.declarations.layer_windows`); {} for any other module (its one W
+    holds every cache tensor, a list of caches on the model included)."""
     if "" in windows:
         return {}
-    found = _layer_windows(module, held)
+    found = _tensor_windows(held, windows)
     layers = [path for path, value in held_objects(module).items() if path and isinstance(value, nn.Module)
               and getattr(type(value), "forward", nn.Module.forward) is not nn.Module.forward]
     plain = {}
