@@ -84,13 +84,13 @@ STRIPE_GRID_GAP_PX = 6  # between two tiles of a row
 STRIPE_GRID_MARGIN_PX = 10  # the grid's left, right and bottom margins
 
 
-def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None, width: int = STRIPE_GRID_PX) -> go.Figure:
+def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figure:
     """Every head's weights (layers, heads, n, n) as small maps in a layers × heads grid, each with its
     induction stripe; ``notes`` (layers × heads strings, e.g. the head's type) go into the tile titles.
 
     The tiles are square, as every token map's (each subplot's ``yaxis.scaleanchor`` its x axis, ``constrain``
-    "domain"), and, drawn in a column ``width`` px wide, fill it: the figure is as tall as a row of square tiles across
-    that width needs, with its tiles' titles above each row."""
+    "domain"), and, drawn in a column ``STRIPE_GRID_PX`` wide, fill it: the figure is as tall as a row of square tiles
+    across that width needs, with its tiles' titles above each row."""
     layers, heads, n, _ = maps.shape
     names = []
     for layer in range(layers):
@@ -98,7 +98,7 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None, width: int 
             extra = f"<br>{notes[layer][head]}" if notes is not None else ""  # second line: fits a narrow tile
             names.append(head_name(layer, head) + extra)
     top = margins.title_top(size=14, above_plot=margins.SUBPLOT_TITLE_PX * (2 if notes is not None else 1))
-    plot_w = width - 2 * STRIPE_GRID_MARGIN_PX
+    plot_w = STRIPE_GRID_PX - 2 * STRIPE_GRID_MARGIN_PX
     tile = (plot_w - (heads - 1) * STRIPE_GRID_GAP_PX) / heads  # px: a tile's side
     between = top - margins.title_top(size=14) + STRIPE_GRID_GAP_PX  # px: a row's titles and a gap above them
     plot_h = layers * tile + (layers - 1) * between
