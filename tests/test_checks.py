@@ -30,6 +30,12 @@ def user_modules_line(text: str) -> int:
     return next(number for number, line in enumerate(lines, start=1) if text in line)
 
 
+def cached_softmax_line() -> int:
+    """The number of the line of ``LearnerCachedMHA.forward`` that holds its softmax."""
+    lines, first = inspect.getsourcelines(um.LearnerCachedMHA.forward)
+    return first + next(at for at, text in enumerate(lines) if "torch.softmax" in text)
+
+
 def mha(bug=None, dropout=0.0):
     torch.manual_seed(0)
     return um.MyMultiHeadAttention(16, 32, 16, dropout, 4, bug=bug).eval()  # head_dim 8: √d_out ≠ head_dim
@@ -934,15 +940,11 @@ def test_kv_cache_checks_each_layer_against_its_own_window(layers, keeps_all, ve
     assert verdict(module, "kv-cache", rules=["kv-cache"]) == checks.Check("kv-cache", *verdict_words)
 
 
-BESIDE_FULL_PLAN = ("two sequences, each after reset_kv_cache(): a prefill of 4 tokens, then 2 tokens one by one and "
-                    "the last 2 in one forward (a chunk after the cache), give the uncached outputs (≤ 1e-05)")
-
-
 @pytest.mark.parametrize(("window_keeps_all", "verdict_words"), [
-    (False, ("pass", f"{BESIDE_FULL_PLAN}; after 8 tokens each layer's cache holds what its attention needs — window "
+    (False, ("pass", f"{MIXED_PLAN}; after 8 tokens each layer's cache holds what its attention needs — window "
                      "(a window of W = 3): 3 tokens; full (full attention): 8 tokens — window.cache_k (1, 2, 3, 8), "
                      "window.cache_v (1, 2, 3, 8), full.cache_k (1, 8, 2, 8), full.cache_v (1, 8, 2, 8)")),
-    (True, ("fail", f"{BESIDE_FULL_PLAN}, but a window layer's cache keeps more than its window needs: window.cache_k "
+    (True, ("fail", f"{MIXED_PLAN}, but a window layer's cache keeps more than its window needs: window.cache_k "
                     "holds 8 tokens after 8, and its layer, window, has a window of W = 3, so it needs only the last 3 "
                     "— its cache's 1,024 bytes grow by 128 with every token, where the last 3 take 384: drop that "
                     "layer's older keys and values after each forward (keep the last W); the full-attention layer "
@@ -1044,8 +1046,7 @@ def test_a_nan_output_from_a_later_layer_is_named_there():
     torch.manual_seed(0)
     module = um.TwoCachedLayers(second_bug="diagonal-hidden").eval()
     results = {c.rule: c for c in checks.check_module(module, rules=["rows-sum-to-one", "causal", "mask-convention"])}
-    lines, first = inspect.getsourcelines(um.LearnerCachedMHA.forward)
-    line = first + next(at for at, text in enumerate(lines) if "torch.softmax" in text)
+    line = cached_softmax_line()
     nan = DIAGONAL_NAN.format(line=line).replace("attention weights on", "attention weights of attention 2 of 2 on")
     assert results["causal"] == checks.Check("causal", "skip", f"not checked: {nan} — fix that (see mask-convention), "
                                                                 "then check again")
@@ -1152,8 +1153,7 @@ def test_a_nan_output_is_not_passed_by_kv_cache():
     torch.manual_seed(0)
     module = um.LearnerCachedMHA(16, 16, 16, 0.0, 2, bug="diagonal-hidden").eval()
     check = verdict(module, "kv-cache", rules=["mask-convention", "kv-cache"])
-    lines, first = inspect.getsourcelines(um.LearnerCachedMHA.forward)
-    line = first + next(at for at, text in enumerate(lines) if "torch.softmax" in text)
+    line = cached_softmax_line()
     assert check == checks.Check("kv-cache", "skip", f"not checked: {DIAGONAL_NAN.format(line=line)} — fix that (see "
                                                      "mask-convention), then check again")
 

@@ -111,9 +111,10 @@ def test_a_long_knocked_out_label_breaks_into_legend_rows_the_margin_holds():
 
     loss = np.linspace(3.0, 1.0, 19)
     heads = ", ".join(f"L{layer}H{head}" for layer in range(4) for head in range(4))
-    layout = intervention_figures.ablated_loss_figure(loss, loss + 1, T=8, label=heads).layout
+    figure = intervention_figures.ablated_loss_figure(loss, loss + 1, T=8, label=heads)
+    layout = figure.layout
     plot_px = margins.PAGE_MIN_PX - layout.margin.l - layout.margin.r
-    names = [trace.name for trace in intervention_figures.ablated_loss_figure(loss, loss + 1, T=8, label=heads).data]
+    names = [trace.name for trace in figure.data]
     lines = [line for name in names for line in name.split("<br>")]
     assert len(lines) > 2 and all(margins.title_px(line, margins.LEGEND_FONT_PX) + margins.LEGEND_SAMPLE_PX
                                   <= plot_px for line in lines)
