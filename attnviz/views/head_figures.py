@@ -302,9 +302,7 @@ def position_loss(loss: np.ndarray, T: int, *, title: str = "loss at each positi
                   annotation_position="top right")
     fig.update_xaxes(title=margins.axis_title("position i (predicting token i+1)"))
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
-    finite = loss[np.isfinite(loss)]
-    high = float(finite.max()) if finite.size else 0.0  # the axis' top: the left margin holds its numbers
-    margin = {"l": margins.beside_numbers(0.0, high), "r": 10, "t": margins.title_top(size=14),
+    margin = {"l": margins.beside_values(loss), "r": 10, "t": margins.title_top(size=14),
               "b": margins.under_axis()}
     fig.update_layout(title=margins.title(title, 14), height=margins.height(LOSS_PLOT_PX, margin), margin=margin,
                       showlegend=False)

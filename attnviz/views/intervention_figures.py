@@ -51,7 +51,7 @@ def ablated_loss_figure(intact: np.ndarray, ablated: np.ndarray, T: int, label: 
     (:data:`~attnviz.views.margins.PAGE_MIN_PX`), and the left margin holds the losses' numbers: the margins hold
     the chart at any page width, so Plotly draws it once."""
     n = len(intact) + 1
-    margin = {"l": margins.beside_numbers(0.0, _highest(intact, ablated)), "r": 10,
+    margin = {"l": margins.beside_values(intact, ablated), "r": 10,
               "t": margins.title_top(size=14)}
     plot_px = margins.PAGE_MIN_PX - margin["l"] - margin["r"]
     fig = go.Figure()
@@ -70,12 +70,6 @@ def ablated_loss_figure(intact: np.ndarray, ablated: np.ndarray, T: int, label: 
     fig.update_layout(title=margins.title("knocked out vs intact: the loss per position", 14),
                       height=margins.height(ABLATED_LOSS_PLOT_PX, margin), margin=margin, legend=legend)
     return fig
-
-
-def _highest(*losses: np.ndarray) -> float:
-    """The largest finite loss of ``losses`` (0 where none is finite): the top of an axis that starts at 0."""
-    finite = [float(np.max(loss[np.isfinite(loss)])) for loss in map(np.asarray, losses) if np.isfinite(loss).any()]
-    return max([0.0, *finite])
 
 
 def top_tokens_table(pieces: list[list[str]], probs: np.ndarray, rows: list[str]) -> pd.DataFrame:

@@ -20,6 +20,8 @@ import math
 import re
 from collections.abc import Iterable
 
+import numpy as np
+
 CHAR_PX = 7  # a 12 px label's average character width, rounded up (Streamlit's Source Sans and Plotly's Open Sans)
 TITLE_PX = 34  # an axis title beside its tick labels, with the space between them
 TICK_PAD_PX = 24  # between the plot and its tick labels, plus slack for wide glyphs (", <, W) and short labels
@@ -106,6 +108,13 @@ def beside_numbers(low: float, high: float, *, title: bool = True) -> int:
     labels = number_labels(low, high)
     width = min(text_px(labels), NUMBER_PX) if labels else NUMBER_PX
     return TICK_PAD_PX + width + (TITLE_PX if title else 0)
+
+
+def beside_values(*values) -> int:
+    """:func:`beside_numbers` for an axis from 0 to the largest finite number of ``values`` (arrays; 0 where none is
+    finite), as a loss or a |Δ| is drawn."""
+    finite = [float(np.max(one[np.isfinite(one)])) for one in map(np.asarray, values) if np.isfinite(one).any()]
+    return beside_numbers(0.0, max([0.0, *finite]))
 
 
 def legend_one_a_row(labels: Iterable[str]) -> tuple[dict, int]:
