@@ -106,10 +106,11 @@ from attnviz.declarations import (
     declared_scales,
     declared_sinks,
     declared_softcap,
+    held_objects,
     is_size,
     layer_windows,
 )
-from attnviz.kv_cache_rule import cache_sizes, kept_state, kv_cache, uncached_appends
+from attnviz.kv_cache_rule import AttentionLayer, cache_sizes, kept_state, kv_cache, uncached_appends
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, NotFinite, lowest_precision, module_output, per_query_head
 from attnviz.softcap_sinks_rule import SINK_WORDS, sinks_mismatch, softcap_mismatch, unread_softcap
@@ -299,7 +300,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                     fill=_finite_fill(recording, module, one), own_file=own_file),
                     each, recording, own_file)),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention),
-                                         not_finite=not_finite),
+                                         not_finite=not_finite,
+                                         layers=_attention_layers(module, recording, each, own_file, sizes)),
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
@@ -387,6 +389,71 @@ def _attention_named(recording: tracing.Recording, attention: tracing.Attention,
     """"attention 2 of 3 on line 30": which of a model's attentions, and the line of its softmax (or SDPA call)."""
     op = recording.ops[attention.op_index] if 0 <= attention.op_index < len(recording.ops) else None
     return f"attention {index + 1} of {total}" + ("" if op is None else tracing.op_place(op, own_file))
+
+
+def _attention_layers(module: nn.Module, recording: tracing.Recording, attentions: list[tracing.Attention],
+                      own_file: str | None, given: Mapping[str, float]) -> list[AttentionLayer]:
+    """kv-cache's reading of a model's attentions, one per layer (:class:`attnviz.kv_cache_rule.AttentionLayer`): each
+    named as the other rules name it ("attention 2 of 2 on line 30"), with the submodule that computes it — the one
+    whose class's forward holds its line (:func:`_layers_computing`), else whose class has a method that holds it (an
+    ``attend`` or ``_attn`` its forward calls: :func:`_layers_with_method`), or, of several layers of that class, the
+    one in the place this attention has among those that line computed — and its sizes (:func:`cache_sizes`:
+    ``given``, else its own trace's); [] for a forward's only attention, which is the module's."""
+    if len(attentions) < 2:
+        return []
+    paths = {id(value): path for path, value in held_objects(module).items() if isinstance(value, nn.Module)}
+    lines = [_op_line(recording, attention) for attention in attentions]
+    layers = []
+    for index, attention in enumerate(attentions):
+        computing = (_layers_computing(module, recording, attention)
+                     or _layers_with_method(module, lines[index]))
+        same_line = [other for other, line in zip(attentions, lines) if line is not None and line == lines[index]]
+        place = next((at for at, other in enumerate(same_line) if other is attention), None)
+        owner = (computing[0] if len(computing) == 1 else
+                 computing[place] if place is not None and len(computing) == len(same_line) else None)
+        layers.append(AttentionLayer(_attention_named(recording, attention, index, len(attentions), own_file), owner,
+                                     None if owner is None else paths.get(id(owner)), cache_sizes(given, attention)))
+    return layers
+
+
+def _layers_with_method(module: nn.Module, line: tuple[str, int] | None) -> list[nn.Module]:
+    """The module's own submodules (itself included) whose class has a method of its own — not torch's — that holds
+    ``line`` (file, line): the method as the class resolves it, so a subclass that overrides it does not hold its
+    parent's; [] when the line is not known."""
+    if line is None:
+        return []
+    filename, number = os.path.abspath(line[0]), line[1]
+    return [sub for sub in module.modules()
+            if any(lines[0] == filename and lines[1] <= number <= lines[2] for lines in _method_lines(type(sub)))]
+
+
+_METHOD_LINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kept only while the class lives
+
+
+def _method_lines(cls: type) -> list[tuple[str, int, int]]:
+    """(file, first line, last line) of each method a module class resolves that is not torch's, read once per
+    class."""
+    if cls not in _METHOD_LINES:
+        found = []
+        for _, method in inspect.getmembers(cls, inspect.isfunction):
+            if (method.__module__ or "").split(".")[0] == "torch":
+                continue
+            try:
+                method = inspect.unwrap(method)
+                lines, start = inspect.getsourcelines(method)
+                found.append((os.path.abspath(inspect.getsourcefile(method)), start, start + len(lines) - 1))
+            except (TypeError, OSError):
+                continue
+        _METHOD_LINES[cls] = found
+    return _METHOD_LINES[cls]
+
+
+def _op_line(recording: tracing.Recording, attention: tracing.Attention) -> tuple[str, int] | None:
+    """(file, line) of the op that computed ``attention``'s weights; None when it is not known."""
+    if not 0 <= attention.op_index < len(recording.ops):
+        return None
+    op = recording.ops[attention.op_index]
+    return None if op.line is None or op.filename is None else (op.filename, op.line)
 
 
 def _in_every_attention(rule: str, verdict: Callable[[int, tracing.Attention], Check],

@@ -40,6 +40,10 @@ names what the evidence shows:
   cache length, at its fill pointer, which its shift moves back); keys or values that are the whole sequence's K/V heads
   in ``.repeat``'s order instead of ``repeat_interleave``'s, or the reverse;
 * a cached output of NaN or of another shape, as such;
+* in a model of several attention layers (:class:`AttentionLayer`), the layer whose cache or step shows the cause,
+  named as the other rules name it ("attention 2 of 2 on line 30: …") and read against its own window, cache length
+  and rotary: the step's attentions in order, up to the first whose step gives another context than the whole
+  sequence's;
 * right outputs with a position counter past the tokens fed fail too (a reset that keeps it: named so), saying why
   they agree — a later row of the causal mask, rotary scores that depend only on i − j.
 
@@ -61,9 +65,10 @@ What the cache holds:
   keeps every token by its own choice: said in the pass), K/V tensors of ``num_heads`` heads where
   ``num_kv_groups`` K/V heads are declared, full K and V (d_out per token each) where a ``latent_dim`` is — a model
   whose layers declare different windows (window and full layers, the book's ``06_swa`` schedule) has each layer's
-  cache held to its own window, a full layer's keeping every token (:func:`_over_window`); sizes the
-  module keeps under other names are those it was built with, ``check_module``'s ``sizes``, and the heads and
-  head_dim its trace measured.
+  cache held to its own window, a full layer's keeping every token (:func:`_over_window`), a cache the caller holds
+  entry by entry, each layer's (:func:`_entry_windows`); each layer's tensors are held to that layer's own K/V heads
+  and latent (:func:`_cache_excess`); sizes the module keeps under other names are those it was built with,
+  ``check_module``'s ``sizes``, and the heads and head_dim its trace measured, each layer's its own.
 
 An uncached forward that writes to a cache the module keeps (a forward that ignores ``use_cache=False``, or takes no
 ``use_cache`` and caches on every call: :func:`uncached_appends`) — one that grows, or one allocated once at its full
@@ -75,7 +80,8 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable, Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -367,15 +373,20 @@ RESETS = ("reset_cache", "reset_kv_cache")  # the names a module's own cache res
 
 
 def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
-             sizes: Mapping[str, int] | None = None, not_finite: NotFinite | None = None) -> Check:
+             sizes: Mapping[str, int] | None = None, not_finite: NotFinite | None = None,
+             layers: Sequence[AttentionLayer] = ()) -> Check:
     """Two sequences in a row, each after the module's reset, fed as a prefill then token by token with
     ``use_cache=True``, must give the uncached outputs; a forward without ``use_cache``, or one token, skips.  A
     cache the caller holds (a ``past_key_values`` argument, and no reset) is checked by passing each forward's
     returned cache to the next, when the module is ``causal`` (else a prefill cannot equal the whole sequence's first
     tokens, which see the later ones).  ``sizes``: the module's sizes by attnviz setting where it does not keep them
     under a known name (:func:`_cache_excess`); ``not_finite``: why the module's uncached output, not finite, cannot
-    be compared (:func:`attnviz.checks.not_finite_output`): the verdict of a module that caches."""
+    be compared (:func:`attnviz.checks.not_finite_output`): the verdict of a module that caches.  ``layers``: the
+    attentions of a model's forward, one per layer (:class:`AttentionLayer`; fewer than two: the module is read as
+    one attention), each cache tensor read against its own layer — its window, its sizes (then ``sizes`` is not
+    read) — and a step that differs named by the first layer whose step shows why."""
     rule = "kv-cache"
+    layers = tuple(layers) if len(layers) > 1 else ()
     n = x.shape[1]
     plan = _cache_plan(module, n)
     takes_use_cache, cache_name, length, prefill, reset_name = plan
@@ -394,7 +405,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
         return not_finite.verdict(rule)
     if plan.caller_holds:
         return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill, sizes,
-                            length)
+                            length, layers)
     reset = _user_reset(module, reset_name)
     refused = _why_no_chunk(module)  # why the module takes no chunk after its cache: then its tokens go one by one
     precision = _Precision()  # the cache's dtype, as the cached forwards show it
@@ -402,7 +413,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
         try:
             difference, refused = _chunk_else_one_by_one(functools.partial(
                 _cached_difference, module, reset, [x[:1], x[1:2]], prefill,  # two different sequences
-                reset_name=reset_name, precision=precision, length=length), refused)
+                reset_name=reset_name, precision=precision, length=length, layers=layers), refused)
             held = _cache_held(module, reset, x[1:2]) if difference is None else None  # after the second one
             if difference is None and precision.narrow(held):  # a lower-precision tensor that is not the cache
                 difference = precision.failure()
@@ -414,23 +425,27 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
         return Check(rule, "fail", difference)
     words = (f"two sequences, each after {reset_name}(): {_plan_words(n, prefill, refused)}, give the uncached outputs "
              f"({precision.within()}){_cropped_words(length, n)}")
-    return _held_verdict(module, _with_refused(words, refused), held, n, sizes)
+    return _held_verdict(module, _with_refused(words, refused), held, n, sizes, layers=layers)
 
 
 def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int,
-                  sizes: Mapping[str, int] | None = None, supplied: str | None = None) -> Check:
+                  sizes: Mapping[str, int] | None = None, supplied: str | None = None, *,
+                  layers: Sequence[AttentionLayer] = (), cache_name: str | None = None) -> Check:
     """kv-cache's verdict on cached outputs that were right (``words``): a pass saying what the cache holds after
     ``n`` tokens, or a fail naming the waste its declared variant exists to save (:func:`_cache_excess`).
     ``supplied``: the type of the cache object attnviz handed the forward, which it only adds to — what that object
-    keeps is its own choice, so more tokens than the window needs are said in the pass, not failed."""
+    keeps is its own choice, so more tokens than the window needs are said in the pass, not failed.  ``layers``: a
+    model's attentions (:class:`AttentionLayer`), each tensor held to its own layer's window and sizes;
+    ``cache_name``: the argument a cache the caller holds is passed as, whose per-layer entries are the layers'."""
     if held is None:
         return Check("kv-cache", "pass", words)
-    layers = _held_windows(module, held)
-    excess = _cache_excess(module, held, n, sizes, window=supplied is None, layers=layers)
+    owners = _tensor_layers(held.tokens, layers, cache_name)
+    windows = _held_windows(module, held, owners, caller_holds=cache_name is not None)
+    excess = _cache_excess(module, held, n, sizes, window=supplied is None, layers=windows, owners=owners)
     if excess is not None:
         return Check("kv-cache", "fail", f"{words}, but {excess}")
-    words = f"{words}; after {counted(n)} {_by_layer_words(held, layers) or f'the cache holds {held.words()}'}"
-    over = _over_window(module, held, layers, sizes) if supplied is not None else None
+    words = f"{words}; after {counted(n)} {_by_layer_words(held, windows) or f'the cache holds {held.words()}'}"
+    over = _over_window(module, held, windows, sizes) if supplied is not None else None
     if over is not None:
         window = over.window
         words += (f" — more than a window of W = {window} needs, and not the layer's doing: the {supplied} attnviz "
@@ -508,7 +523,8 @@ def _with_refused(words: str, refused: str | None) -> str:
 
 
 def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dict, prefill: int,
-                 sizes: Mapping[str, int] | None = None, length: tuple[str, int] | None = None) -> Check:
+                 sizes: Mapping[str, int] | None = None, length: tuple[str, int] | None = None,
+                 layers: Sequence[AttentionLayer] = ()) -> Check:
     """kv-cache for a cache the caller holds: two sequences, each a prefill then token by token, every forward given
     (as ``cache_name``) the cache the forward before returned, must give the uncached outputs — for a cache length
     (``length``, :func:`attnviz.window_reading.cache_length`), past W those of the last W tokens.  A forward that
@@ -522,7 +538,7 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
         refused = _why_no_chunk(module)  # why the module takes no chunk after its cache: then its tokens go one by one
         precision = _Precision()  # the cache's dtype, as the cached forwards show it
         fed = functools.partial(_fed_back, module, sequences, expected, cache_name, flags, prefill,
-                                precision=precision, length=length)
+                                precision=precision, length=length, layers=layers)
         result, refused = _chunk_else_one_by_one(functools.partial(fed, lambda: None, last), refused)
         held = None
         if result == "none returned" and (held := _cache_object()) is not None:
@@ -542,7 +558,7 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     words = (f"two sequences: {_plan_words(n, prefill, refused)}, each given {given} ({cache_name}), give the uncached "
              f"outputs ({precision.within()}){_cropped_words(length, n)}")
     return _held_verdict(module, _with_refused(words, refused), measured, n, sizes,
-                         None if held is None else type(held).__name__)
+                         None if held is None else type(held).__name__, layers=layers, cache_name=cache_name)
 
 
 def _returned_held(module: nn.Module, sequence: torch.Tensor, cache_name: str, flags: dict,
@@ -578,7 +594,7 @@ def _cache_object():
 def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[torch.Tensor], cache_name: str,
               flags: dict, prefill: int, new_cache: Callable[[], object], last: dict | None = None, *,
               chunk: bool = True, precision: _Precision | None = None,
-              length: tuple[str, int] | None = None) -> str | None:
+              length: tuple[str, int] | None = None, layers: Sequence[AttentionLayer] = ()) -> str | None:
     """The first cached forward that raises or differs, in words; None when none does; "none returned" when a
     forward returns no cache and was given no cache object it filled.  Each sequence starts from ``new_cache()``
     (None, or an empty cache object), each forward is given the cache the forward before returned (or, returning
@@ -586,7 +602,8 @@ def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[t
     tokens in one forward (:func:`kv_steps`); one that raises on them is :class:`_ChunkRefusedError`.  ``precision``
     learns the dtype the returned cache keeps its tensors in (:class:`_Precision`).  ``length``: (the name, W) of the
     module's cache length (:func:`attnviz.window_reading.cache_length`): a step that ends past W is compared with the
-    uncached forward of the last W tokens (:func:`kv_cropped`)."""
+    uncached forward of the last W tokens (:func:`kv_cropped`).  ``layers``: a model's attentions, read one by one
+    for a step that differs (:func:`_step_cause`)."""
     precision = _Precision() if precision is None else precision
     kept = None if length is None else length[1]
     for number, (sequence, whole) in enumerate(zip(sequences, expected), start=1):
@@ -628,7 +645,7 @@ def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[t
             if worst > precision.tolerance:
                 step = _step_words(start, stop)
                 cause = _step_cause(module, sequence, start, stop, functools.partial(rerun, start),
-                                    precision=precision)
+                                    precision=precision, layers=layers)
                 given = ("the cache the forward before returned" if first is None else
                          f"the {type(first).__name__} the forward before filled")
                 uncached = ("the uncached one" if (start, stop) not in crops else
@@ -776,7 +793,8 @@ def diagnosis_forwards(module: nn.Module, n: int) -> int:
 
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int, *,
                        reset_name: str = "reset_cache", chunk: bool = True,
-                       precision: _Precision | None = None, length: tuple[str, int] | None = None) -> str | None:
+                       precision: _Precision | None = None, length: tuple[str, int] | None = None,
+                       layers: Sequence[AttentionLayer] = ()) -> str | None:
     """The first cached forward that raises, or whose output differs from the uncached one, with its likely cause
     (None: none).  An uncached forward that raises is a TraceError: the module fails without its cache too.
     ``chunk``: the last tokens in one forward (:func:`kv_steps`); one that raises on them is
@@ -784,7 +802,8 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
     (:class:`_Precision`), and the outputs are compared at it.  ``length``: (the name, W) of the module's cache
     length (:func:`attnviz.window_reading.cache_length`): a step that ends past W is compared with the uncached forward
     of the last W tokens (:func:`kv_cropped`), computed before any cached forward, as an uncached forward may reset
-    the cache's pointer."""
+    the cache's pointer.  ``layers``: a model's attentions, read one by one for a step that differs
+    (:func:`_cache_cause`)."""
     precision = _Precision() if precision is None else precision
     moved: set[str] = set()  # the module's int attributes a cached forward changed: its position counter among them
     ahead = None  # words for the first step after which a usual position counter is past the tokens fed
@@ -835,7 +854,7 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                                 f"the uncached forward of the last {counted(kept)} ({length[0]} = {kept}, the cache's "
                                 "length)")
                     words = functools.partial(_step_failure, module, reset, sequence, prefill, number, start, stop,
-                                              worst, uncached, cause or counter, precision)
+                                              worst, uncached, cause or counter, precision, layers)
                     if worst > precision.tolerance:
                         return words()
                     precision.loose.append((worst, words))  # passed at a lower precision: judged again
@@ -844,12 +863,13 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
 
 
 def _step_failure(module: nn.Module, reset, sequence: torch.Tensor, prefill: int, number: int, start: int, stop: int,
-                  worst: float, uncached: str, cause: str | _Counter | None, precision: _Precision) -> str:
+                  worst: float, uncached: str, cause: str | _Counter | None, precision: _Precision,
+                  layers: Sequence[AttentionLayer] = ()) -> str:
     """kv-cache's words for the cached step ``start`` … ``stop - 1`` of sequence ``number`` whose output differs by
     ``worst`` from ``uncached`` (the words for what it is compared with), beyond ``precision``: the cause already
     named (words), else the one the evidence shows (:func:`_cache_cause`, given the position counter or None)."""
     if not isinstance(cause, str):
-        cause = _cache_cause(module, reset, sequence, prefill, start, stop, cause, precision)
+        cause = _cache_cause(module, reset, sequence, prefill, start, stop, cause, precision, layers)
     return (f"sequence {number}, {_step_words(start, stop)}: the cached output differs from {uncached} by "
             f"{worst:.3g}{precision.beyond()} — {cause}")
 
@@ -971,14 +991,16 @@ def _counter(before: dict[str, int], after: dict[str, int], moved: set[str], num
 
 
 def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int, start: int, stop: int,
-                 counter: _Counter | None, precision: _Precision | None = None) -> str:
+                 counter: _Counter | None, precision: _Precision | None = None,
+                 layers: Sequence[AttentionLayer] = ()) -> str:
     """The likely cause of a cached step that differs: the module's position counter, how many tokens its cache holds
-    (its growth per token), else what the step's attention shows (:func:`_step_cause`)."""
+    (its growth per token, each layer's against its own window: ``layers``), else what the step's attentions show
+    (:func:`_step_cause`)."""
     if counter is not None and counter.usual:  # its value alone: a counter that never moves, counts forwards …
         words = _counter_cause(counter, start, stop, counter.before, mask_shows=False)
         if words is not None:
             return words
-    words = _held_cause(module, reset, sequence, stop)
+    words = _held_cause(module, reset, sequence, stop, layers)
     if words is not None:
         return words
 
@@ -990,7 +1012,7 @@ def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int,
             tracing.run_forward(module, sequence[:, before:step_stop], use_cache=True)
         return {"use_cache": True}
 
-    return (_step_cause(module, sequence, start, stop, rerun, counter, precision=precision)
+    return (_step_cause(module, sequence, start, stop, rerun, counter, precision=precision, layers=layers)
             or "the cached step does not compute what the whole sequence computes at that position")
 
 
@@ -1045,18 +1067,21 @@ def _caller_holds(module: nn.Module) -> bool:
         return False
 
 
-def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> str | None:
+def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int,
+                layers: Sequence[AttentionLayer] = ()) -> str | None:
     """Words for a cache that holds fewer tokens than ``stop`` — for a module that declares a window W, fewer than the
     W − 1 the next step needs beside its own (a rolling cache keeps W − 1 or W: more is the step's to show,
     :func:`_step_cause`), and for a cache length W (:func:`cache_length`) fewer than its last W — or more than
     ``stop``: its tensors' size now ÷ what one token adds (a second token's size
-    less the first's); None when they hold ``stop``, or as many as the window needs, or it cannot tell."""
-    window = _kept_window(module)
-    length = cache_length(module)
+    less the first's); None when they hold ``stop``, or as many as the window needs, or it cannot tell.  A model's
+    cache tensor under one of its attention layers (``layers``: :class:`AttentionLayer`) is held to that layer's
+    window, its words beginning with the attention's name ("attention 2 of 2 on line 30: …")."""
     found = _found_cache(module, reset, sequence)
     if found is None:  # these forwards ran before without raising; the cause stays unnamed
         return None
     held, fed, _ = found
+    owners = _tensor_layers(held, layers)
+    reading = functools.cache(lambda owner: (_kept_window(owner), cache_length(owner)))  # once per layer
     sizes = [{name: shape.numel() for name, shape in shapes.items()} for shapes in fed]
     for name, value in held.items():
         size = value.numel()
@@ -1064,22 +1089,33 @@ def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> 
         per_token = None if first is None or second is None else second - first
         if not per_token or per_token < 0 or size % per_token or first % per_token:
             continue  # a cache that does not grow by a whole token's size (a buffer allocated once): no count
-        tokens = size // per_token
-        if length is not None and window is not None and tokens < min(stop, window):
-            return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop}, where a cache of length "
-                    f"{length[0]} = {window} keeps the last {min(stop, window)}, the newest among them — hold the last "
-                    "W tokens, the new ones included (trim to the last W after writing them)")
-        if window is not None and tokens < min(stop, window - 1):
-            return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop}, where a window of W = "
-                    f"{window} needs the last {window - 1} before the next token — keep the last W − 1 before "
-                    "appending the new token (or the last W after it)")
-        if window is None and tokens < stop:
-            return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop} — every earlier token's "
-                    "keys and values must stay")
-        if tokens > stop:
-            at_first = "" if first == per_token else f", and {counted(first // per_token)} after the first alone"
-            return (f"the cache holds tokens more than once: {name} holds {counted(tokens)} after {stop}{at_first} — "
-                    "add each forward's keys and values once")
+        words = _held_words(*reading(_owner(owners.get(name), module)), name, size // per_token, stop,
+                            first // per_token)
+        if words is not None:
+            return _in_layer(owners.get(name), words)
+    return None
+
+
+def _held_words(window: int | None, length: tuple[str, int] | None, name: str, tokens: int, stop: int,
+                at_first: int) -> str | None:
+    """:func:`_held_cause`'s words for the cache tensor ``name``, holding ``tokens`` after ``stop`` fed and
+    ``at_first`` after the first alone, of a module (the model, or the attention layer whose cache it is) that keeps
+    ``window`` (:func:`_kept_window`) and ``length`` (:func:`cache_length`)."""
+    if length is not None and window is not None and tokens < min(stop, window):
+        return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop}, where a cache of length "
+                f"{length[0]} = {window} keeps the last {min(stop, window)}, the newest among them — hold the last "
+                "W tokens, the new ones included (trim to the last W after writing them)")
+    if window is not None and tokens < min(stop, window - 1):
+        return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop}, where a window of W = "
+                f"{window} needs the last {window - 1} before the next token — keep the last W − 1 before "
+                "appending the new token (or the last W after it)")
+    if window is None and tokens < stop:
+        return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop} — every earlier token's "
+                "keys and values must stay")
+    if tokens > stop:
+        first = "" if at_first == 1 else f", and {counted(at_first)} after the first alone"
+        return (f"the cache holds tokens more than once: {name} holds {counted(tokens)} after {stop}{first} — "
+                "add each forward's keys and values once")
     return None
 
 
@@ -1283,7 +1319,8 @@ def _held(now: dict[str, torch.Tensor], fed: list[dict[str, torch.Size]],
 
 
 def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[str, int] | None = None, *,
-                  window: bool = True, layers: dict[str, tuple[str, int | None]]) -> str | None:
+                  window: bool = True, layers: dict[str, tuple[str, int | None]],
+                  owners: Mapping[str, AttentionLayer] | None = None) -> str | None:
     """Words for a cache that shows, after n tokens, the known waste of the variant the module declares (its own
     attributes in any spelling of :func:`declared_size`, else ``sizes``: the sizes it was built with, and the heads
     and head_dim its uncached trace measured — :func:`cache_sizes`), its outputs right; None when it shows none — then
@@ -1292,13 +1329,27 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
     :func:`_repeated_heads`, :func:`_full_keys_values`.  Anything else a cache keeps (a rotary key, its tokens'
     positions) is no evidence of waste.  A wrapper that declares no variant is read through the one submodule that
     does (:func:`_declaring`) — but for its windows, which :func:`_over_window` reads layer by layer where they
-    differ, by the paths of the cache's tensors under ``module`` (``layers``: :func:`_held_windows`)."""
+    differ, by the paths of the cache's tensors under ``module`` (``layers``: :func:`_held_windows`).  A model's
+    cache tensors of each attention layer (``owners``: :func:`_tensor_layers`) are held to that layer's own variant and
+    sizes (:attr:`AttentionLayer.sizes`, not ``sizes``), the words naming the first attention that shows it
+    ("attention 2 of 2 on line 30: …; attention 3 of 3 … does the same"); when every layer shows it, the words name
+    every layer's tensors together, as for the model read as one."""
     sizes = dict(sizes or {})
     if window and (words := _window_excess(module, held, n, sizes, layers)) is not None:
         return words
+    parts = _layer_parts(held, owners or {})
     for check in (_repeated_heads, _full_keys_values):
-        if (words := check(_declaring(module), held, n, sizes)) is not None:
-            return words
+        found = [(layer, words) for layer, part in parts
+                 if (words := check(_declaring(_owner(layer, module)), part, n,
+                                    sizes if layer is None else dict(layer.sizes))) is not None]
+        if not found:
+            continue
+        if len(found) == len(parts) > 1 and (words := check(_declaring(module), held, n, sizes)) is not None:
+            return words  # every layer's: said of them all at once
+        layer, words = found[0]
+        others = [other.named for other, _ in found[1:] if other is not None]
+        also = f"; {', '.join(others)} {'does' if len(others) == 1 else 'do'} the same" if others else ""
+        return _in_layer(layer, words) + also
     return None
 
 
@@ -1434,13 +1485,27 @@ def _by_layer_words(held: _CacheHeld, layers: dict[str, tuple[str, int | None]])
     return f"each layer's cache holds what its attention needs — {parts} — {held.shapes_words()}"
 
 
-def _held_windows(module: nn.Module, held: _CacheHeld) -> dict[str, tuple[str, int | None]]:
+def _held_windows(module: nn.Module, held: _CacheHeld, owners: Mapping[str, AttentionLayer] | None = None,
+                  caller_holds: bool = False) -> dict[str, tuple[str, int | None]]:
     """Each cache tensor -> (its layer, that layer's window) as kv-cache holds the tensors of a module whose layers
     declare different windows: :func:`_tensor_windows` for a module that keeps no one window (:func:`_kept_window`),
-    else :func:`_beside_plain_layers`."""
+    else :func:`_beside_plain_layers`; for a cache the caller holds (``caller_holds``), each entry's attention layer
+    (``owners``: :func:`_tensor_layers`) and the window it keeps (None: a full layer), when one of them keeps one."""
+    if caller_holds:
+        return _entry_windows(owners or {})
     windows = layer_windows(module)
     return (_tensor_windows(held, windows) if _kept_window(module) is None
             else _beside_plain_layers(module, held, windows))
+
+
+def _entry_windows(owners: Mapping[str, AttentionLayer]) -> dict[str, tuple[str, int | None]]:
+    """Each tensor of a cache the caller holds -> (its attention layer's path, else its name; the window that layer
+    keeps, :func:`_kept_window`, None for a full layer), a tensor whose layer is not known left out; {} when no layer
+    keeps a window."""
+    kept = functools.cache(_kept_window)  # once per layer
+    found = {path: (layer.path or layer.named, kept(layer.module)) for path, layer in owners.items()
+             if layer.module is not None}
+    return found if any(said is not None for _, said in found.values()) else {}
 
 
 def _tensor_windows(held: _CacheHeld, windows: dict[str, int | None]) -> dict[str, tuple[str, int | None]]:
@@ -1475,6 +1540,86 @@ def _beside_plain_layers(module: nn.Module, held: _CacheHeld,
         if path not in found and layer is not None:
             plain[path] = (layer, None)
     return {**found, **plain} if plain else {}
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """One of the attentions a model's forward computes, as kv-cache reads a model layer by layer (:func:`kv_cache`'s
+    ``layers``): its name in a failure, the submodule that computes it and that submodule's path as
+    :func:`attnviz.declarations.held_objects` spells it (``layers[1]``), and its sizes by attnviz setting
+    (:func:`cache_sizes`, read from its own trace)."""
+
+    named: str  # "attention 2 of 2 on line 30"
+    module: nn.Module | None = None  # None: not known; the model's own readings stand for it
+    path: str | None = None
+    sizes: Mapping[str, int] = field(default_factory=dict)
+
+
+def _tensor_layers(paths: Iterable[str], layers: Sequence[AttentionLayer],
+                   cache_name: str | None = None) -> dict[str, AttentionLayer]:
+    """Each cache tensor's path -> the attention layer (of ``layers``) whose cache it is: for a cache the model keeps,
+    the deepest layer whose submodule's path the tensor's begins with (``layers[1].cache_k``: the layer at
+    ``layers[1]``); for one the caller holds, passed as ``cache_name``, the layer whose place in ``layers`` is the index
+    of the per-layer entry the tensor is in (``past_key_values[1][0]``, ``past_key_values.layers[1].keys``: the
+    second), when there is one entry per layer.  A tensor of no layer is left out."""
+    if len(layers) < 2:
+        return {}
+    if cache_name is not None:
+        entry = re.compile(rf"{re.escape(cache_name)}(?:\.\w+)?\[(\d+)\]")  # past_key_values[1], ….layers[1]
+        indices = {path: int(found.group(1)) for path in paths if (found := entry.match(path))}
+        return ({path: layers[index] for path, index in indices.items()}
+                if set(indices.values()) == set(range(len(layers))) else {})
+    found = {}
+    for path in paths:
+        layer = max((one for one in layers if one.path and path.startswith((f"{one.path}.", f"{one.path}["))),
+                    key=lambda one: len(one.path), default=None)
+        if layer is not None:
+            found[path] = layer
+    return found
+
+
+def _owner(layer: AttentionLayer | None, module: nn.Module) -> nn.Module:
+    """The submodule whose attributes say ``layer``'s window, sizes and rotary; ``module`` where it is not known."""
+    return module if layer is None or layer.module is None else layer.module
+
+
+def _in_layer(layer: AttentionLayer | None, words: str) -> str:
+    """A cause's ``words``, beginning with the name of the attention it is in ("attention 2 of 2 on line 30: …")."""
+    return words if layer is None else f"{layer.named}: {words}"
+
+
+def _layer_parts(held: _CacheHeld, owners: Mapping[str, AttentionLayer]) -> list[tuple[AttentionLayer | None,
+                                                                                        _CacheHeld]]:
+    """``held`` split by attention layer (``owners``: :func:`_tensor_layers`), in the order its tensors come: each
+    layer with its own tensors that grow by a token, then (None, the rest) — or (None, ``held``) for a cache of no
+    layers."""
+    if not owners:
+        return [(None, held)]
+    groups: dict[int, list[str]] = {}
+    layers: dict[int, AttentionLayer | None] = {}
+    for path in held.tokens:
+        layer = owners.get(path)
+        groups.setdefault(id(layer), []).append(path)
+        layers[id(layer)] = layer
+    return [(layers[key], _part(held, paths)) for key, paths in sorted(groups.items(),
+                                                                       key=lambda item: layers[item[0]] is None)]
+
+
+def _part(held: _CacheHeld, paths: Iterable[str]) -> _CacheHeld:
+    """What the tensors ``paths`` of ``held`` hold, as :func:`_held` counts a cache: a view counted in its base when
+    both are among them."""
+    keep = [path for path in held.shapes if path in set(paths)]
+    views = {path: whole for path, whole in held.views.items() if path in keep and whole in keep}
+    counted_once = [path for path in keep if path not in views]
+    elements = {path: math.prod(held.shapes[path]) for path in keep}
+    growing = [path for path in counted_once if path in held.tokens]
+    return _CacheHeld({path: held.shapes[path] for path in keep}, sum(elements[path] for path in counted_once),
+                      sum(elements[path] * held.item_bytes.get(path, 0) for path in counted_once),
+                      {path: held.tokens[path] for path in keep if path in held.tokens},
+                      {path: held.grown[path] for path in keep if path in held.grown},
+                      sum(elements[path] // held.tokens[path] for path in growing),
+                      held.token_bytes(growing), views, {path: held.item_bytes[path] for path in keep
+                                                         if path in held.item_bytes})
 
 
 def cache_sizes(given: Mapping[str, int] | None, attention: tracing.Attention) -> dict[str, int]:
@@ -1521,20 +1666,65 @@ def _head_dim(module: nn.Module) -> int | None:
 
 
 def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int, rerun: Callable[[], dict],
-                counter: _Counter | None = None, *, precision: _Precision | None = None) -> str | None:
+                counter: _Counter | None = None, *, precision: _Precision | None = None,
+                layers: Sequence[AttentionLayer] = ()) -> str | None:
     """What the cached step over tokens ``start`` … ``stop - 1`` shows, recorded again (``rerun()`` runs the forwards
-    before it and gives its keyword arguments) beside the whole sequence's uncached forward: how many keys it attends
-    over (more than the tokens fed: all-zero keys are slots never written, else tokens held twice; more than a
-    declared window W lets a query see: a rolling cache one token too long), where its mask puts its first token,
-    and which of its queries, keys or values differ from the whole sequence's (beyond the cache dtype's
-    ``precision``, :class:`_Precision`); None when that names no cause."""
+    before it and gives its keyword arguments) beside the whole sequence's uncached forward (:func:`_attention_cause`);
+    None when that names no cause.  A model's attentions (``layers``, as many as each forward computes) are read in
+    order, each held to its own layer's window and rotary: the first that shows a cause is named ("attention 2 of 2 on
+    line 30: …"); one whose step gives the whole sequence's context lets the next be read, with the same inputs, and
+    one that differs without showing why ends the search — the layers after it are given other inputs."""
     try:
-        whole = tracing.combine(tracing.record(module, sequence).attentions)[0]
-        _, step = tracing.step_attention(module, sequence[:, start:stop], **rerun())
+        wholes = tracing.record(module, sequence).attentions
+        _, steps = tracing.step_attentions(module, sequence[:, start:stop], **rerun())
     except (tracing.TraceError, time_limit.UserCallError):
         return None
-    if step is None:
+    if not steps:
         return None
+    if not layers or len(wholes) != len(layers) or len(steps) != len(layers):
+        return _attention_cause(module, module, tracing.combine(wholes)[0], steps[0], start, stop, counter,
+                                precision)
+    for layer, whole, step in zip(layers, wholes, steps):
+        words = _attention_cause(module, _owner(layer, module), whole, step, start, stop, counter, precision)
+        if words is not None:
+            return _in_layer(layer, words)
+        if not _gives_whole_context(whole, step, start, stop, precision):
+            return None
+    return None
+
+
+def _gives_whole_context(whole: tracing.Attention, step: tracing.Attention, start: int, stop: int,
+                         precision: _Precision | None) -> bool:
+    """Whether a cached step's attention gives the context the whole sequence's gives its tokens, ``start`` …
+    ``stop - 1`` (weights @ values, per head), beyond ``precision``: then the next layer is given the same inputs."""
+    mine, theirs = _context_of(step), _context_of(whole)
+    if mine is None or theirs is None:
+        return False
+    theirs = theirs[..., start:stop, :]  # (1, h, q, hd)
+    if mine.shape != theirs.shape:
+        return False
+    worst = (mine.float() - theirs.float()).abs().nan_to_num(nan=math.inf).max().item()
+    return worst <= (TOLERANCE if precision is None else precision.of(theirs))
+
+
+def _context_of(attention: tracing.Attention) -> torch.Tensor | None:
+    """An attention's context (b, h, q, hd): as recorded, else its weights @ its values (an SDPA call's)."""
+    if attention.context is not None:
+        return attention.context
+    if attention.values is None or attention.values.dim() != attention.weights.dim():
+        return None
+    weights = attention.dropped if attention.dropped is not None else attention.weights  # (b, h, q, k)
+    return weights.to(attention.values.dtype) @ attention.values  # (b, h, q, k) @ (b, h, k, hd) -> (b, h, q, hd)
+
+
+def _attention_cause(module: nn.Module, layer: nn.Module, whole: tracing.Attention, step: tracing.Attention, start: int,
+                     stop: int, counter: _Counter | None = None, precision: _Precision | None = None) -> str | None:
+    """What one attention of a cached step (``step``) shows beside the whole sequence's (``whole``), read against the
+    window, cache length and rotary of ``layer`` (the attention layer that computes it, else ``module``): how many keys
+    it attends over (more than the tokens fed: all-zero keys are slots never written, else tokens held twice; more
+    than a declared window W lets a query see: a rolling cache one token too long), where its mask puts its first
+    token, and which of its queries, keys or values differ from the whole sequence's (beyond the cache dtype's
+    ``precision``, :class:`_Precision`); None when that names no cause."""
     keys = step.weights.shape[-1]
     empty = 0 if step.keys is None else int((step.keys == 0).flatten(0, 1).all(0).all(-1).sum())  # all-zero keys
     if keys > stop and empty and keys - empty == stop:
@@ -1544,9 +1734,9 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
     if keys > stop:
         return (f"the step attends over {counted(keys)} after {stop}: the cache holds tokens more than once — add "
                 "each forward's keys and values once")
-    window = _kept_window(module)
+    window = _kept_window(layer)
     seen = int((~step.masked_cells()).sum(-1).max()) if window is not None else 0  # the most keys a query sees
-    length = cache_length(module)
+    length = cache_length(layer)
     if length is not None and window is not None and seen > window:  # W is what the cache keeps, not a mask
         extra = "one token" if seen == window + 1 else f"{seen - window} tokens"
         fix = (f"once the cache it is given holds {window} tokens, drop the oldest before appending the new ones"
@@ -1554,7 +1744,7 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
                f"once it holds {window} tokens, shift the oldest out before writing the new ones")
         return (f"the step attends over {amount(seen, 'key')} where the cache's length ({length[0]} = {window}) "
                 f"keeps {window}: the cache keeps {extra} too many — {fix}")
-    if attention_window(module) is not None and seen > window and keys == stop:  # all held: the mask lets it see them
+    if attention_window(layer) is not None and seen > window and keys == stop:  # all held: the mask lets it see them
         row = int(((~step.masked_cells()).sum(-1) > window).flatten(0, -2).any(0).nonzero()[0])  # the first such query
         return (f"the cached step's mask does not apply the window: the cache holds all {counted(stop)} fed, and query "
                 f"{start + row} sees {amount(seen, 'key')} where a window of W = {window} allows {window} — hide the "
@@ -1576,7 +1766,7 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
     if window is None and keys < stop:
         return (f"the step attends over only {counted(keys)} after {stop}: the cache keeps too little — every earlier "
                 "token's keys and values must stay")
-    chunk_short = (stop - start > 1 and attention_window(module) is not None
+    chunk_short = (stop - start > 1 and attention_window(layer) is not None
                    and keys < min(start, window - 1) + stop - start)  # fewer keys than the chunk needs, not the mask
     first_seen = int((~step.masked_cells())[..., 0, :].sum(-1).max()) if chunk_short else None  # its first query's
     if first_seen is not None and first_seen < min(start + 1, window):
@@ -1605,7 +1795,7 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
         first = int(moved.argmax()) + (start if stage == "queries" else held.start)
         words = _head_order_cause(stage, mine, theirs) if stage != "queries" else None
         if words is None and stage != "values" and (counter is None or counter.before == start):
-            words = _rotary_cause(module, stage, mine, theirs, start, keys - (stop - start))
+            words = _rotary_cause(layer, stage, mine, theirs, start, keys - (stop - start))
         if words is not None:
             return words
         if stage == "queries":

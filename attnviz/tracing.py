@@ -41,8 +41,9 @@ up-projection's output, rotary's are q and k after the rotation, and a sliding w
 width of the first projection its forward calls (a forward stopped there), and where it was read — words a forward
 that refuses that width is told in (:func:`saying_width`).
 
-``step_attention(module, x, use_cache=True)`` records one cached step the same way: its queries over more keys than
-there are queries (the kv-cache rule reads a failing step's mask, queries, keys and values from it).
+``step_attentions(module, x, use_cache=True)`` records one cached step the same way: each attention's queries over
+more keys than there are queries (the kv-cache rule reads a failing step's mask, queries, keys and values from them,
+a model's layer by layer).
 
 ``trace_module(module, x)`` returns a ``Trace`` like the book's producer's, for every item of the batch: maps
 ``(batch, heads, n, n)``, ``queries``/``keys``/``values``/``context`` per head ``(batch, heads, n, head_dim)``,
@@ -646,11 +647,12 @@ def _rows_zeroed_note(attention: Attention) -> str | None:
             "softmax gives, and those queries' context is 0.")
 
 
-def step_attention(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tuple[object, Attention | None]:
+def step_attentions(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tuple[object, list[Attention]]:
     """Run one forward of ``module`` on ``x`` (batch, q, d_in) — a cached step, whose q queries may attend over more
-    keys than q — recording it: (what the forward returned, its first attention whose rows are x's q queries: a
-    softmax over the last dimension of a (…, q, k) tensor, or an SDPA / MultiheadAttention call), the attention None
-    when it computes none.  A forward that raises is a TraceError, as in :func:`run_forward`."""
+    keys than q — recording it: (what the forward returned, every attention whose rows are x's q queries, in the
+    order the forward computed them — a model's layers: a softmax over the last dimension of a (…, q, k) tensor, or an
+    SDPA / MultiheadAttention call), the list empty when it computes none.  A forward that raises is a TraceError, as
+    in :func:`run_forward`."""
     recorder = _Recorder()
     try:
         try:
@@ -661,10 +663,9 @@ def step_attention(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tupl
         q = x.shape[-2]
         rows = [node for node, dim in recorder.softmaxes if dim == -1 and node.out.shape[-2] == q]
         made_of = _made_of(recorder.nodes.get(id(first_tensor(output))))
-        found = [_from_softmax(node, recorder, made_of, _sink_slice(node)) for node in rows[:1]]
+        found = [_from_softmax(node, recorder, made_of, _sink_slice(node)) for node in rows]
         fused = [a for a in recorder.fused_calls if a.weights.shape[-2] == q]
-        attentions = sorted([*found, *fused], key=lambda a: a.op_index)
-        return output, attentions[0] if attentions else None
+        return output, sorted([*found, *fused], key=lambda a: a.op_index)
     finally:
         recorder.forget()
 

@@ -4660,3 +4660,85 @@ class CachedWindowBesideFull(nn.Module):
     def reset_kv_cache(self):
         self.window.reset_cache()
         self.full.reset_cache()
+
+
+class CachedLayers(nn.Module):
+    """Cached attention layers (each a learner's class that takes ``use_cache`` and has ``reset_cache()``: the book's
+    cached MultiHeadAttention, its GQA, its sliding-window attention), one after the other with a residual, as a
+    model passes ``use_cache`` to its layers and ``reset_kv_cache()`` resets them all."""
+
+    def __init__(self, *layers, d_in=16):
+        super().__init__()
+        self.d_in = d_in
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x, use_cache=False):
+        for layer in self.layers:
+            x = x + layer(x, use_cache=use_cache)  # (b, n, d_in)
+        return x
+
+    def reset_kv_cache(self):
+        for layer in self.layers:
+            layer.reset_cache()
+
+
+class WrapsCachedAttention(nn.Module):
+    """A block that wraps one cached attention and hands it ``use_cache`` and the reset: it keeps no window or size of
+    its own."""
+
+    def __init__(self, attn, d_in=16):
+        super().__init__()
+        self.d_in = d_in
+        self.attn = attn
+
+    def forward(self, x, use_cache=False):
+        return self.attn(x, use_cache=use_cache)  # (b, n, d_in)
+
+    def reset_cache(self):
+        self.attn.reset_cache()
+
+
+class PastWindow(PastArgument):
+    """:class:`PastArgument` with a sliding window of ``sliding_window_size`` W (None: full attention): query i sees
+    keys i − W + 1 … i, and the present it hands back keeps the last W tokens' keys and values, all the window needs;
+    ``keeps_all``: it hands back every token's (the mask still applies W)."""
+
+    def __init__(self, n_embd=32, n_head=4, sliding_window_size=None, keeps_all=False, bug=None):
+        super().__init__(n_embd, n_head, bug)
+        self.sliding_window_size, self.keeps_all = sliding_window_size, keeps_all
+
+    def attend(self, x, past):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # (B, T, C) each
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hs)
+        cached = 0
+        if past is not None:
+            cached = past[0].shape[2]
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, h, cached + T, hs) each
+        start = 0 if self.bug == "mask-ignores-past" else cached
+        behind = torch.arange(start, start + T)[:, None] - torch.arange(k.shape[2])[None, :]  # (T, cached + T)
+        window = self.sliding_window_size
+        keep = behind >= 0 if window is None else (behind >= 0) & (behind < window)  # (T, cached + T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (B, h, T, hs)
+        kept = k.shape[2] if window is None or self.keeps_all else window
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C)), (k[:, :, -kept:], v[:, :, -kept:])  # (B, T, C), present
+
+
+class PastLayers(nn.Module):
+    """Residual attention layers whose caches the caller holds, GPT-2's legacy way: ``forward(x,
+    past_key_values=None) -> (out, presents)``, one (k, v) per layer, each layer given its own; ``layers``: built
+    :class:`PastArgument` or :class:`PastWindow` layers."""
+
+    def __init__(self, *layers, n_embd=32):
+        super().__init__()
+        self.d_in = n_embd
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x, past_key_values=None):
+        pasts = past_key_values or [None] * len(self.layers)
+        presents = []
+        for layer, past in zip(self.layers, pasts):
+            out, present = layer.attend(x, past)  # (B, T, C), (k, v)
+            x = x + out  # (B, T, C)
+            presents.append(present)
+        return x, tuple(presents)

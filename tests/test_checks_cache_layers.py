@@ -1,0 +1,149 @@
+"""kv-cache reads a model of several attention layers layer by layer: a cached step that differs is named by the layer
+whose step shows why ("attention 2 of 2 on line N: …"), held to that layer's own window and rotary; each layer's cache
+is held to its own sizes, and a cache the caller holds to each layer's window; a block that wraps one attention is held
+to the wrapped attention's window."""
+
+import inspect
+
+import pytest
+import torch
+from helpers import user_modules as um
+
+from attnviz import checks
+
+
+def line_of(method, text: str) -> int:
+    """The number of the line of ``method`` (a function of tests/helpers/user_modules.py) that holds ``text``."""
+    lines, first = inspect.getsourcelines(method)
+    return first + next(at for at, line in enumerate(lines) if text in line)
+
+
+MHA_LINE = line_of(um.LearnerCachedMHA.forward, "torch.softmax")  # the cached MultiHeadAttention's softmax
+GQA_LINE = line_of(um.LearnerCachedGQA.forward, "torch.softmax")
+SWA_LINE = line_of(um.LearnerCachedSWA.forward, "torch.softmax")
+PAST_LINE = line_of(um.PastArgument.attend, "scaled_dot_product_attention")
+
+
+def kv_verdict(module) -> checks.Check:
+    return checks.check_module(module, rules=["kv-cache"])[0]
+
+
+def mha(bug=None):
+    return um.LearnerCachedMHA(16, 16, 16, 0.0, 4, bug=bug)  # 4 heads of 4
+
+
+def gqa(bug=None, rotary=False):
+    return um.LearnerCachedGQA(16, 16, 16, 0.0, 4, num_kv_groups=2, rotary=rotary, bug=bug)  # 2 K/V heads of 4
+
+
+def swa(bug=None):
+    return um.LearnerCachedSWA(16, 16, 16, 0.0, 2, sliding_window_size=3, bug=bug)
+
+
+PLAN = ("two sequences, each after reset_kv_cache(): a prefill of 4 tokens, then 2 tokens one by one and the last 2 in "
+        "one forward (a chunk after the cache), give the uncached outputs (≤ 1e-05)")
+PAST_PLAN = ("two sequences: a prefill of 4 tokens, then 2 tokens one by one and the last 2 in one forward (a chunk "
+             "after the cache), each given the cache the forward before returned (past_key_values), give the uncached "
+             "outputs (≤ 1e-05)")
+NEW_TOKENS_MASK = ("the mask is built for the new tokens alone: it treats token 4 as position 0, so it sees only key 0 "
+                   "of the 5 the cache holds; take the mask's rows from the position the step starts at (4) and as "
+                   "many columns as the cache holds")
+
+
+@pytest.mark.parametrize(("layers", "step", "cause"), [
+    (lambda: (mha(), mha("appends-twice")), "token 4",
+     f"attention 2 of 2 on line {MHA_LINE}: the cache holds tokens more than once: layers[1].cache_k holds 9 tokens "
+     "after 5, and 2 tokens after the first alone — add each forward's keys and values once"),
+    (lambda: (swa(), mha("keeps-too-little")), "tokens 0 … 3 (the prefill)",
+     f"attention 2 of 2 on line {MHA_LINE}: the cache keeps too little: layers[1].cache_k holds 3 tokens after 4 — "
+     "every earlier token's keys and values must stay"),
+    (lambda: (mha("mask-for-new-tokens"), mha()), "token 4", f"attention 1 of 2 on line {MHA_LINE}: {NEW_TOKENS_MASK}"),
+    (lambda: (gqa(rotary=True), gqa("no-offset", rotary=True)), "token 4",
+     f"attention 2 of 2 on line {GQA_LINE}: the step hides the right keys, but its query for token 4 is the whole "
+     "sequence's turned by another angle (the same length, another direction): the new queries and keys are rotated "
+     "at the wrong position — rotate them at offset start_pos = 4 (the tokens already cached)"),
+    (lambda: (mha(), swa("cached-mask-no-window")), "tokens 0 … 3 (the prefill)",
+     f"attention 2 of 2 on line {SWA_LINE}: the cached step's mask does not apply the window: the cache holds all 4 "
+     "tokens fed, and query 3 sees 4 keys where a window of W = 3 allows 3 — hide the keys W or more behind "
+     "(diff >= W) in the cached forwards' mask too, as the uncached one does"),
+], ids=["appends-twice", "full-keeps-too-little-beside-window", "first-layer-mask", "rotary-no-offset",
+        "window-mask-beside-full"])
+def test_kv_cache_names_the_layer_whose_cached_step_is_wrong(layers, step, cause):
+    """One layer of two has a cache bug: the failure names that layer, held to its own window (a full layer beside a
+    window layer must keep every token; a window layer's mask is its own) and rotary — where it read the first
+    attention, or the model as one, and said the step "does not compute what the whole sequence computes"."""
+    torch.manual_seed(0)
+    check = kv_verdict(um.CachedLayers(*layers()).eval())
+    assert check.status == "fail" and check.evidence.startswith(f"sequence 1, {step}: the cached output differs from "
+                                                                "the uncached one by "), check
+    assert check.evidence.endswith(f" — {cause}"), check
+
+
+def test_kv_cache_names_the_layer_whose_step_a_caller_held_cache_gets_wrong():
+    """The caller holds each layer's cache (GPT-2's legacy tuple): the second layer's mask ignores the cached tokens."""
+    torch.manual_seed(0)
+    check = kv_verdict(um.PastLayers(um.PastArgument(), um.PastArgument(bug="mask-ignores-past")).eval())
+    assert check.status == "fail" and check.evidence.startswith("sequence 1, token 4: "), check
+    assert check.evidence.endswith(f" — attention 2 of 2 on line {PAST_LINE}: {NEW_TOKENS_MASK} (each forward given "
+                                   "the cache the forward before returned as past_key_values)"), check
+
+
+GQA_CACHE = "layers[{0}].cache_k (1, 2, 8, 4), layers[{0}].cache_v (1, 2, 8, 4)"  # (b, g, tokens, hd)
+REPEATED = ("but attention 2 of 2 on line {line}: layers[1].cache_k and layers[1].cache_v hold num_heads = 4 heads "
+            "where num_kv_groups = 2 K/V heads are declared (32 elements per token, where 2 K/V heads need 16) — cache "
+            "the keys and values before repeat_interleave, and repeat them after reading the cache")
+
+
+@pytest.mark.parametrize(("layers", "verdict_words"), [
+    (lambda: (gqa(), mha()), ("pass", f"{PLAN}; after 8 tokens the cache holds 8 tokens of 48 elements (192 bytes) "
+                                      f"each: {GQA_CACHE.format(0)}, layers[1].cache_k (1, 8, 4, 4), layers[1].cache_v "
+                                      "(1, 8, 4, 4)")),
+    (lambda: (mha(), gqa("caches-repeated")), ("fail", f"{PLAN}, {REPEATED.format(line=GQA_LINE)}")),
+], ids=["grouped-then-full-heads", "full-heads-then-repeated"])
+def test_kv_cache_holds_each_layers_cache_to_its_own_sizes(layers, verdict_words):
+    """A grouped-query layer beside a layer of full heads: each layer's cache is held to its own K/V heads — the full
+    layer's 4 heads are no waste (it was failed as repeated heads, held to the GQA layer's 2 K/V heads), and a GQA
+    layer that caches its repeated heads is named, not the full layer beside it."""
+    torch.manual_seed(0)
+    assert kv_verdict(um.CachedLayers(*layers()).eval()) == checks.Check("kv-cache", *verdict_words)
+
+
+PAST_KEEPS_ALL = (f"{PAST_PLAN}, but a window layer's cache keeps more than its window needs: past_key_values[1][0] "
+                  "holds 8 tokens after 8, and its layer, layers[1], has a window of W = 3, so it needs only the last "
+                  "3 — its cache's 2,048 bytes grow by 256 with every token, where the last 3 take 768: drop that "
+                  "layer's older keys and values after each forward (keep the last W); the full-attention layer "
+                  "layers[0] rightly keeps every token")
+
+
+@pytest.mark.parametrize(("layers", "verdict_words"), [
+    (lambda: (um.PastArgument(), um.PastWindow(sliding_window_size=3)),
+     ("pass", f"{PAST_PLAN}; after 8 tokens each layer's cache holds what its attention needs — layers[0] (full "
+              "attention): 8 tokens; layers[1] (a window of W = 3): 3 tokens — past_key_values[0][0] (1, 4, 8, 8), "
+              "past_key_values[0][1] (1, 4, 8, 8), past_key_values[1][0] (1, 4, 3, 8), past_key_values[1][1] "
+              "(1, 4, 3, 8)")),
+    (lambda: (um.PastWindow(), um.PastWindow(sliding_window_size=3, keeps_all=True)), ("fail", PAST_KEEPS_ALL)),
+], ids=["plain-then-window", "full-then-window-keeps-all"])
+def test_kv_cache_holds_each_entry_of_a_caller_held_cache_to_its_layers_window(layers, verdict_words):
+    """The caller holds one (k, v) per layer: each entry is held to its own layer's window — the plain layer's entry
+    keeps every token and passes (it was held to the window layer's W and failed), and a window layer whose entry
+    keeps every token fails, named (it passed where the layers disagreed, the model declaring no one window)."""
+    torch.manual_seed(0)
+    assert kv_verdict(um.PastLayers(*layers()).eval()) == checks.Check("kv-cache", *verdict_words)
+
+
+WRAPPED_PLAN = PLAN.replace("reset_kv_cache()", "reset_cache()")
+
+
+@pytest.mark.parametrize(("bug", "verdict_words"), [
+    (None, ("pass", f"{WRAPPED_PLAN}; after 8 tokens the cache holds 3 tokens of 32 elements (128 bytes) each: "
+                    "attn.cache_k (1, 2, 3, 8), attn.cache_v (1, 2, 3, 8)")),
+    ("keeps-all", ("fail", f"{WRAPPED_PLAN}, but the cache keeps more than the window needs: attn.cache_k holds 8 "
+                           "tokens after 8, and a window of W = 3 needs only the last 3 — the cache's 1,024 bytes grow "
+                           "by 128 with every token, where the last 3 take 384: drop the older keys and values after "
+                           "each forward (keep the last W)")),
+])
+def test_kv_cache_holds_a_wrapped_attentions_cache_to_its_window(bug, verdict_words):
+    """A block that wraps one sliding-window attention and declares nothing itself: its cache is held to the wrapped
+    attention's W = 3, not to a window of its own or none."""
+    torch.manual_seed(0)
+    assert kv_verdict(um.WrapsCachedAttention(swa(bug)).eval()) == checks.Check("kv-cache", *verdict_words)
