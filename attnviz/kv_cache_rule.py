@@ -41,11 +41,12 @@ names what the evidence shows:
   in ``.repeat``'s order instead of ``repeat_interleave``'s, or the reverse;
 * a cached output of NaN or of another shape, as such;
 * in a model of several attention layers (:class:`AttentionLayer`), the layer whose cache or step shows the cause,
-  named as the other rules name it ("attention 2 of 2 on line 30: …") and read against its own window, cache length
-  and rotary: the step's attentions in order, up to the first whose step gives another context than the whole
-  sequence's;
-* right outputs with a position counter past the tokens fed fail too (a reset that keeps it: named so), saying why
-  they agree — a later row of the causal mask, rotary scores that depend only on i − j.
+  named as the other rules name it ("attention 2 of 2 on line 30: …") and read against its own window, cache length,
+  position counter and rotary: the step's attentions in order, up to the first whose step gives another context than
+  the whole sequence's;
+* right outputs with a position counter — the module's, or an attention layer's — past the tokens fed fail too (a
+  reset that keeps it: named so), saying why they agree — a later row of the causal mask, rotary scores that depend
+  only on i − j.
 
 What the cache holds:
 
@@ -805,7 +806,10 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
     the cache's pointer.  ``layers``: a model's attentions, read one by one for a step that differs
     (:func:`_cache_cause`)."""
     precision = _Precision() if precision is None else precision
-    moved: set[str] = set()  # the module's int attributes a cached forward changed: its position counter among them
+    # whose position counters are read: the module, then each of its attention layers (None: not known)
+    counting = [module, *(None if layer.module is module else layer.module for layer in layers)]
+    # the int attributes of each that a cached forward changed: its position counter among them
+    moved: list[set[str]] = [set() for _ in counting]
     ahead = None  # words for the first step after which a usual position counter is past the tokens fed
     left: list[str] = []  # the tensors the first sequence's forwards filled that the reset left as they were
     emptied: dict[str, tuple[torch.Tensor, int | None]] = {}  # what the module keeps right after the first reset
@@ -825,9 +829,9 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                 left = [name for name in filled if _same_held(now.get(name), before_reset[name])
                         and sequences[0].shape[1] in before_reset[name][0].shape]  # holding the tokens fed
             emptied = _held_tensors(module)  # what the forwards after this reset replace or change is their cache
-            started = _counters(module)
+            started = [_counters(owner) for owner in counting]  # {} for a layer not known
             for forwards, (start, stop) in enumerate(kv_steps(sequence.shape[1], prefill, chunk=chunk)):
-                before = _counters(module)
+                before = [_counters(owner) for owner in counting]
                 try:
                     output = tracing.run_forward(module, sequence[:, start:stop], what="a cached forward",
                                                  use_cache=True)
@@ -835,8 +839,9 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                     if _is_chunk(start, stop):  # every step before it right: a module that takes one token a step
                         raise _ChunkRefusedError(str(error)) from error
                     return str(error)
-                after = _counters(module)
-                moved |= {name for name, value in after.items() if before.get(name) != value}
+                after = [_counters(owner) for owner in counting]
+                for changed, now_ints, then in zip(moved, after, before):
+                    changed |= {name for name, value in now_ints.items() if then.get(name) != value}
                 got = tracing.first_tensor(output)
                 wanted = crops.get((start, stop), whole[:, start:stop])  # (1, q, d_out)
                 problem = _cached_output_problem(got, wanted, sequence[:, start:stop])
@@ -848,28 +853,33 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                                  if not _same_held(emptied.get(name), now[name])}, whole)
                 worst = (got.float() - wanted.float()).abs().nan_to_num(nan=math.inf).max().item()
                 if worst > TOLERANCE:
-                    counter = _counter(before, after, moved, number, forwards)
+                    counter, *per_layer = [_counter(then, now_ints, changed, number, forwards)
+                                           for then, now_ints, changed in zip(before, after, moved)]
                     cause = _reset_cause(reset_name, left, counter) if number == 2 and left else None
                     uncached = ("the uncached one" if (start, stop) not in crops else
                                 f"the uncached forward of the last {counted(kept)} ({length[0]} = {kept}, the cache's "
                                 "length)")
                     words = functools.partial(_step_failure, module, reset, sequence, prefill, number, start, stop,
-                                              worst, uncached, cause or counter, precision, layers)
+                                              worst, uncached, cause or counter, precision, layers, per_layer)
                     if worst > precision.tolerance:
                         return words()
                     precision.loose.append((worst, words))  # passed at a lower precision: judged again
-                ahead = ahead or _counter_ahead(module, after, started, moved, number, stop)
+                ahead = ahead or next((_in_layer(layer, words) for layer, owner, now_ints, first, changed
+                                       in zip((None, *layers), counting, after, started, moved) if owner is not None
+                                       and (words := _counter_ahead(owner, now_ints, first, changed, number, stop))
+                                       is not None), None)
     return ahead
 
 
 def _step_failure(module: nn.Module, reset, sequence: torch.Tensor, prefill: int, number: int, start: int, stop: int,
                   worst: float, uncached: str, cause: str | _Counter | None, precision: _Precision,
-                  layers: Sequence[AttentionLayer] = ()) -> str:
+                  layers: Sequence[AttentionLayer] = (), counters: Sequence[_Counter | None] = ()) -> str:
     """kv-cache's words for the cached step ``start`` … ``stop - 1`` of sequence ``number`` whose output differs by
     ``worst`` from ``uncached`` (the words for what it is compared with), beyond ``precision``: the cause already
-    named (words), else the one the evidence shows (:func:`_cache_cause`, given the position counter or None)."""
+    named (words), else the one the evidence shows (:func:`_cache_cause`, given the position counter or None, and
+    each of the ``layers``' own, ``counters``)."""
     if not isinstance(cause, str):
-        cause = _cache_cause(module, reset, sequence, prefill, start, stop, cause, precision, layers)
+        cause = _cache_cause(module, reset, sequence, prefill, start, stop, cause, precision, layers, counters)
     return (f"sequence {number}, {_step_words(start, stop)}: the cached output differs from {uncached} by "
             f"{worst:.3g}{precision.beyond()} — {cause}")
 
@@ -969,8 +979,11 @@ class _Counter:
     forwards: int  # the cached forwards of this sequence before that one
 
 
-def _counters(module: nn.Module) -> dict[str, int]:
-    """The module's own int attributes (not bool): its position counter, if it keeps one, among them."""
+def _counters(module: nn.Module | None) -> dict[str, int]:
+    """The module's own int attributes (not bool): its position counter, if it keeps one, among them ({} for None: a
+    layer not known)."""
+    if module is None:
+        return {}
     return {name: value for name, value in vars(module).items()
             if isinstance(value, int) and not isinstance(value, bool) and not name.startswith("_")}
 
@@ -992,14 +1005,15 @@ def _counter(before: dict[str, int], after: dict[str, int], moved: set[str], num
 
 def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int, start: int, stop: int,
                  counter: _Counter | None, precision: _Precision | None = None,
-                 layers: Sequence[AttentionLayer] = ()) -> str:
-    """The likely cause of a cached step that differs: the module's position counter, how many tokens its cache holds
-    (its growth per token, each layer's against its own window: ``layers``), else what the step's attentions show
-    (:func:`_step_cause`)."""
-    if counter is not None and counter.usual:  # its value alone: a counter that never moves, counts forwards …
-        words = _counter_cause(counter, start, stop, counter.before, mask_shows=False)
-        if words is not None:
-            return words
+                 layers: Sequence[AttentionLayer] = (), counters: Sequence[_Counter | None] = ()) -> str:
+    """The likely cause of a cached step that differs: the module's position counter, else the first of its attention
+    layers' own (``layers``, their ``counters``) that shows one, how many tokens its cache holds (its growth per token,
+    each layer's against its own window), else what the step's attentions show (:func:`_step_cause`)."""
+    for layer, one in ((None, counter), *zip(layers, counters)):
+        if one is not None and one.usual:  # its value alone: a counter that never moves, counts forwards …
+            words = _counter_cause(one, start, stop, one.before, mask_shows=False)
+            if words is not None:
+                return _in_layer(layer, words)
     words = _held_cause(module, reset, sequence, stop, layers)
     if words is not None:
         return words
@@ -1012,7 +1026,8 @@ def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int,
             tracing.run_forward(module, sequence[:, before:step_stop], use_cache=True)
         return {"use_cache": True}
 
-    return (_step_cause(module, sequence, start, stop, rerun, counter, precision=precision, layers=layers)
+    return (_step_cause(module, sequence, start, stop, rerun, counter, precision=precision, layers=layers,
+                        counters=counters)
             or "the cached step does not compute what the whole sequence computes at that position")
 
 
@@ -1667,13 +1682,14 @@ def _head_dim(module: nn.Module) -> int | None:
 
 def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int, rerun: Callable[[], dict],
                 counter: _Counter | None = None, *, precision: _Precision | None = None,
-                layers: Sequence[AttentionLayer] = ()) -> str | None:
+                layers: Sequence[AttentionLayer] = (), counters: Sequence[_Counter | None] = ()) -> str | None:
     """What the cached step over tokens ``start`` … ``stop - 1`` shows, recorded again (``rerun()`` runs the forwards
     before it and gives its keyword arguments) beside the whole sequence's uncached forward (:func:`_attention_cause`);
     None when that names no cause.  A model's attentions (``layers``, as many as each forward computes) are read in
     order, each held to its own layer's window and rotary: the first that shows a cause is named ("attention 2 of 2 on
-    line 30: …"); one whose step gives the whole sequence's context lets the next be read, with the same inputs, and
-    one that differs without showing why ends the search — the layers after it are given other inputs."""
+    line 30: …"), with its own position counter (``counters``, else ``counter``); one whose step gives the whole
+    sequence's context lets the next be read, with the same inputs, and one that differs without showing why ends the
+    search — the layers after it are given other inputs."""
     try:
         wholes = tracing.record(module, sequence).attentions
         _, steps = tracing.step_attentions(module, sequence[:, start:stop], **rerun())
@@ -1684,8 +1700,8 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
     if not layers or len(wholes) != len(layers) or len(steps) != len(layers):
         return _attention_cause(module, module, tracing.combine(wholes)[0], steps[0], start, stop, counter,
                                 precision)
-    for layer, whole, step in zip(layers, wholes, steps):
-        words = _attention_cause(module, _owner(layer, module), whole, step, start, stop, counter, precision)
+    for layer, whole, step, own in zip(layers, wholes, steps, [*counters, *[None] * len(layers)]):
+        words = _attention_cause(module, _owner(layer, module), whole, step, start, stop, own or counter, precision)
         if words is not None:
             return _in_layer(layer, words)
         if not _gives_whole_context(whole, step, start, stop, precision):

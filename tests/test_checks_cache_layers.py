@@ -1,7 +1,7 @@
 """kv-cache reads a model of several attention layers layer by layer: a cached step that differs is named by the layer
-whose step shows why ("attention 2 of 2 on line N: …"), held to that layer's own window and rotary; each layer's cache
-is held to its own sizes, and a cache the caller holds to each layer's window; a block that wraps one attention is held
-to the wrapped attention's window."""
+whose step shows why ("attention 2 of 2 on line N: …"), held to that layer's own window, position counter and rotary;
+each layer's cache is held to its own sizes, and a cache the caller holds to each layer's window; a block that wraps
+one attention is held to the wrapped attention's window."""
 
 import inspect
 
@@ -21,6 +21,7 @@ def line_of(method, text: str) -> int:
 MHA_LINE = line_of(um.LearnerCachedMHA.forward, "torch.softmax")  # the cached MultiHeadAttention's softmax
 GQA_LINE = line_of(um.LearnerCachedGQA.forward, "torch.softmax")
 SWA_LINE = line_of(um.LearnerCachedSWA.forward, "torch.softmax")
+ROLLING_LINE = line_of(um.RollingWindowCache.forward, "s.softmax(-1)")
 PAST_LINE = line_of(um.PastArgument.attend, "scaled_dot_product_attention")
 
 
@@ -66,17 +67,41 @@ NEW_TOKENS_MASK = ("the mask is built for the new tokens alone: it treats token 
      f"attention 2 of 2 on line {SWA_LINE}: the cached step's mask does not apply the window: the cache holds all 4 "
      "tokens fed, and query 3 sees 4 keys where a window of W = 3 allows 3 — hide the keys W or more behind "
      "(diff >= W) in the cached forwards' mask too, as the uncached one does"),
+    (lambda: (mha(), um.RollingWindowCache(16, 4, sliding_window=3, bug="keeps-window")), "token 4",
+     f"attention 2 of 2 on line {ROLLING_LINE}: the step attends over 4 keys where a window of W = 3 allows 3: the "
+     "cache keeps one token too many — keep the last W − 1 = 2 before appending the new token (or the last W = 3 "
+     "after it)"),
+    (lambda: (mha(), mha("position-never-advances")), "token 4",
+     f"attention 2 of 2 on line {MHA_LINE}: the position never advances: ptr_current_pos is still 0 after 5 tokens, so "
+     "the mask (or the rotary angles) treat a later token as position 0; add the new tokens' count after each cached "
+     "forward"),
 ], ids=["appends-twice", "full-keeps-too-little-beside-window", "first-layer-mask", "rotary-no-offset",
-        "window-mask-beside-full"])
+        "window-mask-beside-full", "rolling-window-keeps-one-too-many", "position-never-advances"])
 def test_kv_cache_names_the_layer_whose_cached_step_is_wrong(layers, step, cause):
     """One layer of two has a cache bug: the failure names that layer, held to its own window (a full layer beside a
-    window layer must keep every token; a window layer's mask is its own) and rotary — where it read the first
-    attention, or the model as one, and said the step "does not compute what the whole sequence computes"."""
+    window layer must keep every token; a window layer's mask and rolling cache are its own), position counter and
+    rotary — where it read the first attention, or the model as one, and said the step "does not compute what the
+    whole sequence computes" or blamed the full layer beside it for a window its mask does not apply."""
     torch.manual_seed(0)
     check = kv_verdict(um.CachedLayers(*layers()).eval())
     assert check.status == "fail" and check.evidence.startswith(f"sequence 1, {step}: the cached output differs from "
                                                                 "the uncached one by "), check
     assert check.evidence.endswith(f" — {cause}"), check
+
+
+def test_kv_cache_fails_a_layers_position_counter_that_runs_ahead_of_the_tokens():
+    """The second layer's counter is one ahead after the prefill: on 4 tokens (no chunk) every output is right, as a
+    later row of its causal mask still shows every cached key — failed, naming the layer, as for a model of one
+    attention (it passed, the model's own attributes keeping no counter)."""
+    torch.manual_seed(0)
+    module = um.CachedLayers(mha(), mha("one-ahead")).eval()
+    (check,) = checks.check_module(module, torch.randn(2, 4, 16), rules=["kv-cache"])  # (b, n, d_in)
+    assert check == checks.Check("kv-cache", "fail", (
+        f"attention 2 of 2 on line {MHA_LINE}: the cached outputs agree with the uncached ones, but the position runs "
+        "ahead of the tokens: ptr_current_pos is 3 after 2 tokens of sequence 1, where it should be 2, so the next "
+        "token is treated as position 3, not 2 (the outputs agree only because a later row of the causal mask still "
+        "shows every cached key; the position reaches the mask's end before the tokens do) — add exactly the new "
+        "tokens' count (x.shape[1]) after each cached forward"))
 
 
 def test_kv_cache_names_the_layer_whose_step_a_caller_held_cache_gets_wrong():
