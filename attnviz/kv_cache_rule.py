@@ -1727,10 +1727,12 @@ def _context_of(attention: tracing.Attention) -> torch.Tensor | None:
     """An attention's context (b, h, q, hd): as recorded, else its weights @ its values (an SDPA call's)."""
     if attention.context is not None:
         return attention.context
-    if attention.values is None or attention.values.dim() != attention.weights.dim():
-        return None
+    values = attention.values
     weights = attention.dropped if attention.dropped is not None else attention.weights  # (b, h, q, k)
-    return weights.to(attention.values.dtype) @ attention.values  # (b, h, q, k) @ (b, h, k, hd) -> (b, h, q, hd)
+    if values is None or values.dim() != weights.dim() or values.shape[-2] != weights.shape[-1] \
+            or values.shape[1] not in (1, weights.shape[1]):
+        return None
+    return weights.to(values.dtype) @ values  # (b, h, q, k) @ (b, h, k, hd) -> (b, h, q, hd)
 
 
 def _attention_cause(module: nn.Module, layer: nn.Module, whole: tracing.Attention, step: tracing.Attention, start: int,
