@@ -22,6 +22,7 @@ MAX_HEADS = 64  # more heads than this cannot be told apart in a grid (GPT-2 XL 
 MAX_SEED = 2**32 - 1
 MAX_CHARS = 40_000  # text beyond this is not tokenized (1024 tokens never need more in practice)
 MAX_LAYERS = 128  # GPT-2 XL has 48
+MAX_ATTENTIONS = MAX_LAYERS * MAX_HEADS  # a user's module: that many layers of one-head softmaxes each
 POSITIONS = ("learned", "rotary")  # the book's chapter 2 positional embedding, or rotary q/k (attnviz.rope)
 # rotary's θ bases a run takes (the sidebar and the URL offer attnviz.rope.ROPE_BASES): every published model's
 # lies between (Qwen2 and Mistral 1,000,000, Yi 5,000,000); below 100 even a 128-wide head's slowest pair
@@ -95,6 +96,9 @@ class AttentionConfig:
     checkpoint: str | None = None  # a weights ref (attnviz.weights): run layer ``layer`` of that GPT model
     layer: int = 0  # which transformer block of the checkpoint (0 … layers − 1)
     module: str | None = None  # a user's own attention module, by the label it was listed under (attnviz.user_code)
+    # which of the module's attentions the run shows, counted from 1 in the order its forward computes them (a model's
+    # layers: attnviz.tracing.each_attention), as the checker names them ("attention 2 of 2")
+    attention: int = 1
     num_kv_groups: int | None = None  # gqa: the NUMBER of K/V heads (None: kv_cache.default_kv_heads, 12 heads: 4)
     latent_dim: int | None = None  # mla: the latent's width (None: the book's max(16, d_out // 8), at most d_out)
     sliding_window_size: int | None = None  # swa: W, query i sees keys i−W+1 … i (None: every earlier key)
@@ -105,6 +109,13 @@ class AttentionConfig:
         """Return self, or raise ConfigError with a message a user can act on."""
         if self.module is not None and (not isinstance(self.module, str) or not self.module):
             raise ConfigError(f"module must be the label of a listed module, got {self.module!r}.")
+        if isinstance(self.attention, bool) or not isinstance(self.attention, int) or not (
+                1 <= self.attention <= MAX_ATTENTIONS):
+            raise ConfigError(f"attention must be a whole number from 1 to {MAX_ATTENTIONS} (which of a module's "
+                              f"attentions to show, counted from 1), got {self.attention!r}.")
+        if self.attention != 1 and self.module is None:
+            raise ConfigError(f"attention={self.attention} picks one of your module's attentions; "
+                              "the book's classes and a checkpoint's layer compute one.")
         if self.module is None and self.variant not in variants.VARIANTS:
             raise ConfigError(f"Unknown variant {self.variant!r}; choose one of {', '.join(variants.VARIANTS)}.")
         for name, low, high in (("d_in", 1, MAX_DIM), ("d_out", 1, MAX_DIM), ("context_length", 1, MAX_CONTEXT_LENGTH),

@@ -70,6 +70,24 @@ class ModuleRun:
     # scale the module's config declares as its model's (:func:`attnviz.declarations.declared_scales`), for the
     # explanation
     declared_scales: tuple[tuple[float, str], ...] = ()
+    # which of the forward's attentions this is, counted from 1 in the order the forward computed them (a model's
+    # layers; a wrapper's one-head softmaxes stacked into heads are one), and where each is: "line 35", "" unknown
+    # (:func:`attnviz.tracing.picked`)
+    attention: int = 1
+    attention_places: tuple[str, ...] = ("",)
+
+    @property
+    def attention_named(self) -> str:
+        """The checker's name for the attention shown, "attention 2 of 2 on line 35"; "" when the forward computed
+        one."""
+        total = len(self.attention_places)
+        return "" if total < 2 else attention_named(self.attention, total, self.attention_places[self.attention - 1])
+
+
+def attention_named(number: int, total: int, place: str) -> str:
+    """"attention 2 of 2 on line 35": the checker's name for the attention ``number`` (counted from 1) of the
+    ``total`` a forward computed, and its ``place`` ("line 35"; "": not known)."""
+    return f"attention {number} of {total}" + (f" on {place}" if place else "")
 
 
 @dataclass(frozen=True)

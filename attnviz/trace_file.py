@@ -430,6 +430,7 @@ def _runs(described: dict, arrays: dict[str, np.ndarray]) -> tuple[ModelRun | No
             run["score_width"] = ScoreWidth(**width)
         run["declared_scales"] = tuple((float(scale), str(setting))  # a file without them: none declared
                                        for scale, setting in run.get("declared_scales", ()))
+        run["attention_places"] = tuple(str(place) for place in run.get("attention_places", ("",)))  # else: one
         module_run = ModuleRun(**run)
     return model, module_run
 

@@ -48,10 +48,13 @@ a model's layer by layer).
 ``trace_module(module, x)`` returns a ``Trace`` like the book's producer's, for every item of the batch: maps
 ``(batch, heads, n, n)``, ``queries``/``keys``/``values``/``context`` per head ``(batch, heads, n, head_dim)``,
 the output ``(batch, n, d_out)``, and ``shapes`` listing every recorded op in order with its real shape, so the
-diagram draws the user's own pipeline.  The views (the app, ``attnviz.show``) draw item 0.  The module
-is never edited and declares nothing; it runs in the mode (train/eval) it is in, without gradients.  Its
-``module_run.score_width`` is the head_dim the scale is judged by (``score_width``, the checker's ``scaling`` rule's
-too): not the width of the recorded q·k where the scores run over an absorbed MLA's latent or add two products.
+diagram draws the user's own pipeline.  Its maps and stages are one attention's: a wrapper's one-head softmaxes
+stacked as its heads, else the one ``attention=k`` picks (counted from 1, as the checker names them; a model's layers,
+each computed from the one before, are never stacked as heads: :func:`each_attention`).  The views (the app,
+``attnviz.show``) draw item 0.  The module is never edited and declares nothing; it runs in the mode (train/eval) it
+is in, without gradients.  Its ``module_run.score_width`` is the head_dim the scale is judged by (``score_width``,
+the checker's ``scaling`` rule's too): not the width of the recorded q·k where the scores run over an absorbed MLA's
+latent or add two products.
 
 Every call of a user's forward goes through ``run_forward``: its exception (named with the file and line of the
 user's code it came from), a ``sys.exit`` or a run longer than ``time_limit.SECONDS`` (an endless loop, stopped) is
@@ -85,7 +88,7 @@ from attnviz import declarations, time_limit
 from attnviz.config import MAX_CONTEXT_LENGTH, MAX_SEED, AttentionConfig, EmptyTextError
 from attnviz.producers import book
 from attnviz.text import prepare_text
-from attnviz.trace import ModuleRun, ScoreWidth, Trace, hidden_by_mask, make_trace, to_numpy
+from attnviz.trace import ModuleRun, ScoreWidth, Trace, attention_named, hidden_by_mask, make_trace, to_numpy
 from attnviz.words import amount
 
 RECORDED_BYTES = 2 * 2**30  # the tensors one recorded forward may hold (an endless loop's would fill the memory)
@@ -180,6 +183,8 @@ class Attention:
     out_proj: tuple | None = None  # nn.MultiheadAttention's (out_proj weight, bias)
     op_index: int = -1  # the op that produced the weights (Recording.ops)
     context_ops: tuple[int, ...] = ()  # the ops that produced the context: weights @ V, or the fused call
+    # its weights are computed from another attention's context (a model's later layer), so it is no head beside it
+    after_attention: bool = False
 
     def masked_cells(self) -> torch.Tensor:
         """bool (b, h, nq, nk): True at every cell the mask hid, the causal triangle's too
@@ -296,6 +301,7 @@ class _Recorder(TorchFunctionMode):
         self.triangles: list[tuple[int, str, int]] = []  # every tril / triu call: (op index, name, diagonal)
         self.fills: list[tuple[int, float, bool]] = []  # a triangle's cells set to a number: (op index, it, future?)
         self.fused_calls: list[Attention] = []  # SDPA / MultiheadAttention calls, their stages recomputed
+        self.fused_nodes: list[_Node] = []  # their nodes, in the same order
         self.boolean_mha_masks: list[bool] = []  # per nn.MultiheadAttention call: was its attn_mask boolean?
         self.dropout_calls: list[tuple[int, bool, float]] = []
         self.held_bytes = 0  # what the recorded outputs hold, a view counted as a copy
@@ -371,6 +377,7 @@ class _Recorder(TorchFunctionMode):
         self.other_softmaxes.clear()
         self.linear_inputs.clear()
         self.fused_calls.clear()
+        self.fused_nodes.clear()
 
     def _record_fused_call(self, name, func, args, kwargs):
         """Run an SDPA / MultiheadAttention call, which computes the whole attention in one call and hides its
@@ -396,6 +403,7 @@ class _Recorder(TorchFunctionMode):
         parents = [self.nodes.get(id(a)) for a in args if isinstance(a, torch.Tensor)]
         node = _Node(name, tensor, parents, args, kwargs, index)
         self.nodes[id(tensor)] = node
+        self.fused_nodes.append(node)
         if isinstance(out, tuple):
             for piece in out:
                 if isinstance(piece, torch.Tensor):
@@ -555,6 +563,9 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
         raise TraceError(_no_attention(recorder, x, module, tried_first=tried_first))
     for attention in attentions:
         attention.heads_split_by = split
+    _mark_later_layers([*zip(found, over_keys), *((attention, node) for attention, node
+                                                  in zip(recorder.fused_calls, recorder.fused_nodes)
+                                                  if tuple(attention.weights.shape[-2:]) == (n, n))])
     if not forward_kwargs and any(node.out.dim() >= 4 and node.out.shape[-3] == n for node in over_keys):
         _require_tokens_last(module, x, recorder)  # (…, n, n, n): the tokens, or the heads when there are n of them?
     if output.dim() != 3 or output.shape[0] != x.shape[0] or output.shape[1] != n:
@@ -668,6 +679,35 @@ def step_attentions(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tup
         return output, sorted([*found, *fused], key=lambda a: a.op_index)
     finally:
         recorder.forget()
+
+
+def _mark_later_layers(made_by: list[tuple[Attention, _Node]]) -> None:
+    """Set ``after_attention`` on each attention whose weights are computed from another's context — a model's
+    later layer, whose input is the layer before's output; heads of one layer are computed from the input alone.
+    ``made_by``: each attention with the node of its softmax or fused call."""
+    if len(made_by) < 2:
+        return
+    contexts = {index for attention, _ in made_by for index in attention.context_ops}
+    memo: dict[int, bool] = {}  # id(node) -> whether it is computed from a context
+    for attention, node in made_by:
+        attention.after_attention = _from_contexts(node, contexts, memo)
+
+
+def _from_contexts(start: _Node, contexts: set[int], memo: dict[int, bool]) -> bool:
+    """Whether a tensor ``start`` is computed from is a context op (op indices in ``contexts``), walking back through
+    every parent; ``memo`` keeps each node's answer for the next walk."""
+    stack = [(start, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in memo:
+            continue
+        parents = [parent for parent in node.parents if parent is not None]
+        if expanded:
+            memo[id(node)] = any(parent.index in contexts or memo[id(parent)] for parent in parents)
+        else:
+            stack.append((node, True))
+            stack.extend((parent, False) for parent in parents if id(parent) not in memo)
+    return memo[id(start)]
 
 
 def _context_sources(node: _Node | None, contexts: set[int]) -> frozenset[int]:
@@ -2286,11 +2326,13 @@ def embed_text(text: str, d_in: int, *, seed: int = 123) -> tuple[str, list[int]
 
 
 def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
-    """One attention for the Trace: per-head softmaxes of one shape stack into heads; otherwise the first
-    (with a note naming how many there were)."""
+    """One attention for the Trace: per-head softmaxes of one shape stack into heads — one-head softmaxes none of
+    which is computed from another's context (a wrapper's heads, not a model's layers: ``Attention.after_attention``);
+    otherwise the first (with a note naming how many there were and which this is, :func:`picked`)."""
     first = attentions[0]
     same = [a for a in attentions if a.weights.shape == first.weights.shape and a.kind == first.kind]
-    if len(attentions) > 1 and len(same) == len(attentions) and first.weights.shape[1] == 1:
+    if (len(attentions) > 1 and len(same) == len(attentions) and first.weights.shape[1] == 1
+            and not any(a.after_attention for a in same)):
         stacked = Attention(kind=first.kind, weights=torch.cat([a.weights for a in same], dim=1),
                             masked=torch.cat([a.masked for a in same], dim=1), op_index=first.op_index,
                             scale=first.scale, operand_scales=first.operand_scales, is_causal=first.is_causal,
@@ -2303,19 +2345,66 @@ def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
             if all(p is not None for p in parts):
                 setattr(stacked, stage, torch.cat(parts, dim=1))
         return stacked, None
-    note = None if len(attentions) == 1 else (
-        f"The forward computed {len(attentions)} attentions; this shows the first.")
-    return first, note
+    return first, None if len(attentions) == 1 else picked_note(len(attentions), 1, "")
+
+
+def each_attention(recording: Recording) -> list[Attention]:
+    """The attentions a Trace can show, in the order the forward computed them, as the checker numbers them
+    ("attention 2 of 2"): the one :func:`combine` stacks a wrapper's one-head softmaxes into, else every one the
+    forward computed (a model's layers, attentions of different shapes)."""
+    combined, _ = combine(recording.attentions)
+    return [combined] if combined is not recording.attentions[0] else list(recording.attentions)
+
+
+def attention_places(recording: Recording, attentions: list[Attention], own_file: str | None) -> tuple[str, ...]:
+    """Where each of ``attentions`` is computed, as the checker names it — "line 35" (its softmax, or its SDPA or
+    MultiheadAttention call), "line 66 of transformers/models/gpt2/modeling_gpt2.py" (a line outside ``own_file``,
+    the module's class file: :func:`op_place`), "" where the line is not known."""
+    places = []
+    for attention in attentions:
+        op = recording.ops[attention.op_index] if 0 <= attention.op_index < len(recording.ops) else None
+        places.append("" if op is None else op_place(op, own_file).removeprefix(" on "))
+    return tuple(places)
+
+
+def picked_note(total: int, number: int, place: str) -> str:
+    """The Trace's note on a forward that computed ``total`` attentions that do not stack into heads: which it shows."""
+    return f"The forward computed {total} attentions; this shows {attention_named(number, total, place)}."
+
+
+def picked(recording: Recording, attention: int, own_file: str | None) -> tuple[Attention, int, tuple[str, ...]]:
+    """(the attention number ``attention`` of the recording's, 1-based, of :func:`each_attention`; its index; the
+    places of every one, :func:`attention_places`); a TraceError naming how many there are when it has none of that
+    number (or ``attention`` is no whole number)."""
+    attentions = each_attention(recording)
+    places = attention_places(recording, attentions, own_file)
+    total = len(attentions)
+    if isinstance(attention, bool) or not isinstance(attention, numbers.Integral) or not 1 <= attention <= total:
+        if total == 1:
+            place = f" (on {places[0]})" if places[0] else ""
+            raise TraceError(f"attention={attention!r}: the forward computed one attention{place} — attention=1 "
+                             "shows it")
+        named = "; ".join(attention_named(number, total, place) for number, place in enumerate(places[:4], start=1))
+        more = f"; … {total - 4} more" if total > 4 else ""
+        raise TraceError(f"attention={attention!r}: the forward computed {total} attentions ({named}{more}) — pick "
+                         f"one with attention=1 … {total}, counted from 1 as the checker names them")
+    return attentions[attention - 1], attention - 1, places
 
 
 def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str | None = None,
-                 seed: int = 123) -> Trace:
+                 seed: int = 123, attention: int = 1) -> Trace:
     """The Trace of ``module`` on ``x``: a (batch, n, d_in) tensor, or text embedded as the app embeds it at the
     module's input width (a batch of one).  Every step keeps the whole batch (maps ``(batch, heads, n, n)``); the
-    embedding arrays are item 0's, the one the views draw.  Raises TraceError (one line) when it cannot."""
+    embedding arrays are item 0's, the one the views draw.  ``attention``: which of the forward's attentions it shows
+    when it computes several that are not one layer's heads (a model's layers), counted from 1 in the order the
+    forward computes them, as the checker names them ("attention 2 of 2 on line 35": :func:`each_attention`);
+    ``trace.module_run`` says which.  Raises TraceError (one line) when it cannot."""
     notes: list[str] = []
     module = as_module(module)
     causal, seed = yes_no_causal(causal), whole_seed(seed)
+    if isinstance(attention, bool) or not isinstance(attention, numbers.Integral) or attention < 1:
+        raise TraceError(f"attention must be a whole number from 1 (the first attention the forward computes), "
+                         f"got {attention!r}")
     width = None  # the width attnviz chose, said when the forward refuses it (saying_width)
     if isinstance(x, str):
         width = input_width(module)
@@ -2328,53 +2417,60 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
                   "input": to_numpy(inputs[0])}
     with saying_width(inputs, width):
         return trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=arrays, notes=notes,
-                            causal=causal, label=label, seed=seed, tokenized=isinstance(x, str))
+                            causal=causal, label=label, seed=seed, tokenized=isinstance(x, str),
+                            attention=int(attention))
 
 
 def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_ids: list[int], embeddings: dict,
                  notes: list[str], causal: bool | None = None, label: str | None = None, seed: int = 123,
-                 config: AttentionConfig | None = None, tokenized: bool = True) -> Trace:
-    """The Trace of ``module`` on embedded tokens ``inputs`` (batch, n, d_in); ``config``: the Trace's config
-    (the producer of a listed module passes its settled one), else one is made from what the run showed.
-    ``tokenized`` False: ``inputs`` are a caller's vectors, labelled by position (``trace.make_trace``)."""
+                 config: AttentionConfig | None = None, tokenized: bool = True, attention: int = 1) -> Trace:
+    """The Trace of ``module`` on embedded tokens ``inputs`` (batch, n, d_in), showing its attention number
+    ``attention`` (:func:`picked`); ``config``: the Trace's config (the producer of a listed module passes its settled
+    one), else one is made from what the run showed.  ``tokenized`` False: ``inputs`` are a caller's vectors, labelled
+    by position (``trace.make_trace``)."""
     if inputs.shape[1] > MAX_CONTEXT_LENGTH:
         raise TraceError(f"{inputs.shape[1]} tokens is more than {MAX_CONTEXT_LENGTH}")
     recording = record(module, inputs)
-    attention, note = combine(recording.attentions)
+    shown, index, places = picked(recording, attention, class_file(module))
     notes.extend(recording.notes)
-    if note:
-        notes.append(note)
-    heads = attention.weights.shape[1]
+    if len(places) > 1:
+        notes.append(picked_note(len(places), index + 1, places[index]))
+    heads = shown.weights.shape[1]
     if causal is None:
-        causal = infer_causal(recording, attention, module)
+        causal = infer_causal(recording, shown, module)
     d_out = recording.output.shape[-1]
     if config is None:
         config = AttentionConfig(d_in=inputs.shape[-1], d_out=d_out, num_heads=heads,
                                  context_length=max(1, inputs.shape[1]), causal=bool(causal), dropout=0.0,
-                                 train=module.training, seed=seed, module=label or type(module).__name__)
-    steps = {"weights": attention.weights, "masked": attention.masked}
+                                 train=module.training, seed=seed, module=label or type(module).__name__,
+                                 attention=attention)
+    steps = {"weights": shown.weights, "masked": shown.masked}
     for stage in ("queries", "keys", "values", "scores", "scaled", "dropped", "context"):
-        value = getattr(attention, stage)
+        value = getattr(shown, stage)
         if value is not None:
             steps[stage] = value
     steps["output"] = recording.output
     shapes = (("input", tuple(inputs.shape)), *((op.name, op.shape) for op in recording.ops))
+    run = module_run(module, recording, shown, attention_number=index + 1, places=places)
     return make_trace(config, text, token_ids, embeddings,
                       steps={name: to_numpy(value) for name, value in steps.items()},
                       output=to_numpy(recording.output), shapes=shapes, device=str(inputs.device.type),
-                      notes=notes, module_run=module_run(module, recording, attention), tokenized=tokenized)
+                      notes=notes, module_run=run, tokenized=tokenized)
 
 
-def module_run(module: nn.Module, recording: Recording, attention: Attention) -> ModuleRun:
-    """The module's class, its file and the line of each stage (for the source panel and the op diagram), the
-    head_dim its scale is judged by (:func:`score_width`) and the scales its config declares
+def module_run(module: nn.Module, recording: Recording, attention: Attention, *, attention_number: int = 1,
+               places: tuple[str, ...] = ("",)) -> ModuleRun:
+    """The module's class, its file and the line of each stage of ``attention`` (for the source panel and the op
+    diagram), which of the forward's attentions it is (``attention_number`` of ``places``, where each is:
+    :func:`picked`), the head_dim its scale is judged by (:func:`score_width`) and the scales its config declares
     (:func:`attnviz.declarations.declared_scales`' designs), for the explanation of a weight."""
     try:
         filename = inspect.getsourcefile(type(module))
     except (TypeError, OSError):
         filename = None
     lines = {}
-    for op in recording.ops:
+    first, last = _op_span(recording, attention)
+    for op in recording.ops[first:last + 1]:
         if op.stage and op.stage not in lines and op.line is not None and op.filename == filename:
             lines[op.stage] = op.line
     if attention.kind != "softmax" and "context" in lines:  # one SDPA / MultiheadAttention call computes them all
@@ -2387,7 +2483,18 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
                      for found in declarations.declared_scales(module, width.head_dim) if found.design)
     return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
                      kind=attention.kind, source="".join(source_lines), first_line=first_line,
-                     unrecorded=dict(attention.unrecorded), score_width=width, declared_scales=declared)
+                     unrecorded=dict(attention.unrecorded), score_width=width, declared_scales=declared,
+                     attention=attention_number, attention_places=tuple(places))
+
+
+def _op_span(recording: Recording, attention: Attention) -> tuple[int, int]:
+    """(first, last) op indices of ``attention``'s calls: after the context of the attention the forward computed
+    before it, up to its own context (its weights where no context is recorded); the whole recording for the
+    first."""
+    last = max((*attention.context_ops, attention.op_index))
+    before = [index for other in recording.attentions if other is not attention
+              for index in (*other.context_ops, other.op_index) if index < attention.op_index]
+    return (max(before) + 1 if before else 0), (last if last >= 0 else len(recording.ops) - 1)
 
 
 _CLASS_SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # class -> (its lines, its first line)
