@@ -10,6 +10,7 @@ import urllib.parse
 from attnviz import config as configs
 from attnviz import pipeline, tokens, user_code, variants, weights
 from attnviz.config import (
+    MAX_ATTENTIONS,
     MAX_CONTEXT_LENGTH,
     MAX_DIM,
     MAX_HEADS,
@@ -31,6 +32,7 @@ DEFAULTS = {
     "text": DEFAULT_TEXT,
     "weights": weights.BOOK,  # an option's listed name (attnviz.weights), never a path
     "layer": 0,
+    "attention": 1,  # which of a user's module's attentions, counted from 1 (tracing.each_attention)
     "variant": variants.DEFAULT,
     "preset": "gpt2-small",
     "d_in": 768,
@@ -47,6 +49,9 @@ DEFAULTS = {
     "positions": "learned",
     "rope_base": 10_000,
 }
+# the notice on a link's attention for the book's classes or a checkpoint
+ONE_ATTENTION = ("it picks one of the attentions of a module of yours (--module); the book's classes compute one, and "
+                 "a checkpoint's attentions are its layers (Layer); showing attention 1.")
 # AttentionConfig's settings the app does not offer, with what runs instead (a link may carry one written by hand)
 NOT_SETTINGS = {
     "qkv_bias": "the app has no setting for biases in W_query, W_key and W_value. The book's classes run without "
@@ -206,6 +211,7 @@ def _parsers() -> dict:
         "weights": str,  # checked against the listed names by settings_from_query
         "layer": _whole_number,  # whether the weights have it: below for the book's classes, by the sidebar for a model
         # (which names the model's own layers, not attnviz's bound)
+        "attention": _parse_int(1, MAX_ATTENTIONS),  # whether the module has it: by the sidebar, which runs it
         "variant": _parse_variant,  # a module: only a listed label
         "preset": _parse_choice(list(PRESETS)),
         "d_in": _parse_int(1, MAX_DIM),
@@ -324,6 +330,11 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
             notices.append(ignored([("layer", values["layer"])], "the book's classes are one attention layer; pick "
                                    "a checkpoint under Weights for its layers."))
         values["layer"] = 0
+    if "attention" in used and values["attention"] != 1 and (
+            values["weights"] != weights.BOOK or values["variant"] not in user_code.listed()):
+        if not unlisted:
+            notices.append(ignored([("attention", values["attention"])], ONE_ATTENTION))
+        values["attention"] = 1
     if "preset" in used and values["preset"] in PRESET_DIMS:  # the sizes the link does not give are the preset's
         for key, value in zip(("d_in", "d_out", "num_heads"), preset_dims(values["preset"], values["variant"])):
             if key not in used:  # a size it gives is its own: the preset becomes custom below where they differ
@@ -545,7 +556,23 @@ def _module_asked(values: dict) -> AttentionConfig:
     """The config asked of the user's module ``values["variant"]`` names: the module decides its sizes when settled."""
     return AttentionConfig(module=values["variant"], d_in=int(values["d_in"]), d_out=int(values["d_out"]),
                            num_heads=int(values["num_heads"]), dropout=float(values["dropout"]),
-                           train=bool(values["train"]), causal=bool(values["causal"]), seed=int(values["seed"]))
+                           train=bool(values["train"]), causal=bool(values["causal"]), seed=int(values["seed"]),
+                           attention=int(values["attention"]))
+
+
+def module_attentions(values: dict) -> tuple[str, ...]:
+    """Where each attention of the user's module ``values`` picks is, in the order its forward computes them ("line
+    35": ``producers.user_module.attention_places``; one for a module whose attentions are one layer's heads), read
+    off the run that learns its sizes; () for the book's classes, a checkpoint, or a module that cannot run (its
+    page's run says why)."""
+    if values["weights"] != weights.BOOK or values["variant"] not in user_code.listed():
+        return ()
+    from attnviz.producers import user_module  # builds and runs the user's code: only for a listed module
+
+    try:
+        return user_module.attention_places(_module_asked(values))
+    except configs.InputError:
+        return ()
 
 
 def opening_config() -> AttentionConfig:

@@ -99,6 +99,9 @@ class Variant:
         """Why ``setting`` (``d_out``, ``num_heads``, ``dropout``, ``train`` …) does not apply, or None."""
         if setting in self.fixed_settings:
             return self.fixed_settings[setting]
+        if setting == "attention" and self.name != USER_MODULE_NAME:
+            return ("The book's classes compute one attention, and a checkpoint's are its layers (Layer): only a "
+                    "module of yours may compute several.")
         if setting == "d_out" and self.weights is None:
             return "This variant has no weights: its output width is d_in."
         if setting == "num_heads" and not self.multi_head:
@@ -321,8 +324,9 @@ def _listed_module(c) -> nn.Module:
 
 # A user's own attention module, listed on the command line (attnviz.user_code).  Not listed in VARIANTS:
 # AttentionConfig.spec returns it when ``module`` is set; its Trace comes from attnviz.tracing.
+USER_MODULE_NAME = "module"  # USER_MODULE's name: no variant of the registry has it
 USER_MODULE = Variant(
-    "module", "Your own attention module", "", nn.Module, _listed_module, weights="linear", heads=BATCHED,
+    USER_MODULE_NAME, "Your own attention module", "", nn.Module, _listed_module, weights="linear", heads=BATCHED,
     dropout=True, out_proj=False, book_causal=True,
     fixed_settings={
         "causal": "Your module decides whether it masks the future.", "device": "Your module runs on the CPU.",

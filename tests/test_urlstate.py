@@ -10,7 +10,7 @@ from helpers.runs import setting_notes
 from helpers.texts import english_text
 
 from attnviz import urlstate, variants, weights
-from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS, MAX_SEED
+from attnviz.config import MAX_ATTENTIONS, MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS, MAX_SEED
 from attnviz.urlstate import (
     DEFAULTS,
     config_from_settings,
@@ -324,7 +324,8 @@ def test_a_head_that_a_one_head_layer_has_not_is_refused_in_words():
 # every whole-number setting of the sidebar a URL gives, with its range (layer: the model's, which the sidebar names)
 INTEGER_SETTINGS = {"d_in": (1, MAX_DIM), "d_out": (1, MAX_DIM),
                     "num_heads": (1, MAX_HEADS), "seed": (0, MAX_SEED), "num_kv_groups": (1, MAX_HEADS),
-                    "latent_dim": (1, MAX_DIM), "sliding_window_size": (1, MAX_CONTEXT_LENGTH)}
+                    "latent_dim": (1, MAX_DIM), "sliding_window_size": (1, MAX_CONTEXT_LENGTH),
+                    "attention": (1, MAX_ATTENTIONS)}  # a module's: its own count is the sidebar's to check
 OUTSIDE = ("-" + "9" * 400, "9" * 5000)  # whole numbers out of any range (the last past the digits int() reads)
 NOT_WHOLE = ("2.5", "1e3", "abc", "", "9" * 20 + ".5")
 
@@ -348,6 +349,18 @@ def test_a_layer_is_a_whole_number_and_one_past_the_book_classes_is_named_in_few
         assert settings_from_query({"layer": raw})[1] == [f"Ignored URL parameter layer={quoted_back(raw)}: {words}."]
     (notice,) = settings_from_query({"layer": "9" * 400})[1]
     assert notice.startswith(f"Ignored URL parameter layer='{'9' * 20}…': the book's classes are one attention layer")
+
+
+def test_a_links_attention_for_the_books_classes_or_a_checkpoint_is_named_and_attention_1_shown():
+    """Only a module of the user's computes several attentions: the book's classes compute one, and a checkpoint's
+    attentions are its layers (tests/ui/test_user_module_app.py: a module's attention out of its range)."""
+    for query in ({"attention": "2"}, {"attention": "2", "variant": "gqa"}):
+        values, notices = settings_from_query(query)
+        assert values["attention"] == 1
+        assert notices == ["Ignored URL parameter attention='2': it picks one of the attentions of a module of yours "
+                           "(--module); the book's classes compute one, and a checkpoint's attentions are its layers "
+                           "(Layer); showing attention 1."]
+    assert settings_from_query({"attention": "1"}) == (DEFAULTS, [])
 
 
 def test_every_notice_about_a_url_parameter_the_app_does_not_use_is_worded_one_way():

@@ -43,7 +43,8 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     whether it masks the future — replaces the settings (a note names each setting it ignores)."""
     config = replace(config, embedding="seeded", device="cpu", variant=AttentionConfig.variant)
     module = _built_module(_module_key(config))
-    d_in, d_out, heads, causal = _probed_sizes(_module_key(config))
+    d_in, d_out, each = _probed_sizes(_module_key(config))
+    heads, causal, _ = each[config.attention - 1] if config.attention <= len(each) else each[0]  # else: trace says
     notes = []
     decided = {"d_in": d_in, "d_out": d_out, "num_heads": heads}
     ignored = [f"{name} = {getattr(config, name)}" for name, value in decided.items() if value != getattr(config, name)]
@@ -96,12 +97,20 @@ def _reported_after_prepare(build):
     return reported
 
 
+def attention_places(config: AttentionConfig) -> tuple[str, ...]:
+    """Where each attention the module of ``config`` computes is, in the order its forward computes them, as the
+    checker names them ("line 35": :func:`attnviz.tracing.each_attention`) — one place for a module whose attentions
+    are one layer's heads —, read off the run that learns its sizes.  ConfigError when the module cannot run."""
+    return tuple(place for _, _, place in _probed_sizes(_module_key(config))[2])
+
+
 @built_once(maxsize=8)
 @_reported_after_prepare
-def _probed_sizes(key: AttentionConfig) -> tuple[int, int, int, bool]:
-    """(input width, output width, heads, causal) of the built module, from a 4-token seeded run on the width it was
-    built with (its constructor's width argument under any spelling: ``user_code.listed_sizes``), else on the width
-    it says or its forward's first projection takes (``tracing.input_width``), else the sidebar's."""
+def _probed_sizes(key: AttentionConfig) -> tuple[int, int, tuple[tuple[int, bool, str], ...]]:
+    """(input width, output width, (heads, causal, place) of each attention :func:`attnviz.tracing.each_attention`
+    lists) of the built module, from a 4-token seeded run on the width it was built with (its constructor's width
+    argument under any spelling: ``user_code.listed_sizes``), else on the width it says or its forward's first
+    projection takes (``tracing.input_width``), else the sidebar's."""
     from attnviz import user_code  # the modules listed on the command line
 
     module = _built_module(key)
@@ -115,9 +124,11 @@ def _probed_sizes(key: AttentionConfig) -> tuple[int, int, int, bool]:
             recording = tracing.record(module, x, tried_first=True)
     except tracing.TraceError as error:
         raise ConfigError(f"{key.module}: {error}") from None
-    attention, _ = tracing.combine(recording.attentions)
-    causal = tracing.infer_causal(recording, attention, module)
-    return d_in, int(recording.output.shape[-1]), int(attention.weights.shape[1]), causal
+    attentions = tracing.each_attention(recording)
+    places = tracing.attention_places(recording, attentions, tracing.class_file(module))
+    each = tuple((int(attention.weights.shape[1]), tracing.infer_causal(recording, attention, module), place)
+                 for attention, place in zip(attentions, places))
+    return d_in, int(recording.output.shape[-1]), each
 
 
 def _module_key(config: AttentionConfig) -> AttentionConfig:
@@ -152,7 +163,8 @@ def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionCo
     try:
         with seeded(config.seed) if module.training else contextlib.nullcontext():  # dropout draws: replayable
             trace = tracing.trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=embeddings,
-                                         notes=notes, label=config.module, seed=config.seed, config=config)
+                                         notes=notes, label=config.module, seed=config.seed, config=config,
+                                         attention=config.attention)
     except tracing.TraceError as error:
         raise ConfigError(f"{config.module}: {error}") from None
     _check_finite(trace)

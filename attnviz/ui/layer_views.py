@@ -1,7 +1,7 @@
-"""A page's views of one layer as a fragment: the views, the sidebar's Layer selectbox and its Share & export are
-drawn by one fragment, so that switching the layer reruns them and nothing else (not the sidebar's other settings,
-nor what the page draws outside it, such as a model's next-token panel).  A new text reruns the whole page: the
-sidebar draws the Text area (``sidebar.text_area`` says why)."""
+"""A page's views of one layer as a fragment: the views, the sidebar's Layer selectbox (a user's module's Attention
+selectbox) and its Share & export are drawn by one fragment, so that switching the layer (the attention) reruns them
+and nothing else (not the sidebar's other settings, nor what the page draws outside it, such as a model's next-token
+panel).  A new text reruns the whole page: the sidebar draws the Text area (``sidebar.text_area`` says why)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def _layer_fragment(context: Context, key: tuple, draw: Callable[[Context], None
     without its Trace (``context``) and the trace's key, and looks the Trace up in the cache on every run."""
     settings, config = context.settings, context.config
     fill_view_slots(context.slots, context.weights)
-    if config.checkpoint is not None and _moved("layer", config.layer):
+    if (config.checkpoint is not None and _moved("layer", config.layer)
+            or config.module is not None and _moved("attention", config.attention)):
         settings, config, trace = _rerun(config)
     else:
         trace = cached_trace(*key)
@@ -54,7 +55,7 @@ def _layer_fragment(context: Context, key: tuple, draw: Callable[[Context], None
 
 
 def _moved(key: str, run_value) -> bool:
-    """Whether the widget ``key`` (the Layer selectbox) holds another value than the page's whole run drew
+    """Whether the widget ``key`` (the Layer or Attention selectbox) holds another value than the page's whole run drew
     (``run_value``) or than this fragment last drew (the URL holds that): a new one, or back to the whole run's after
     another — either way its trace, the URL and the link must follow it."""
     return not (st.session_state[key] == run_value and drawn(key, run_value))

@@ -1,6 +1,7 @@
-"""The shared sidebar, drawn once by ``app.py`` on every page: page links, text, weights, layer, variant, sizes, mask,
-dropout, seed, device (folded away on a page whose work ignores them); and, at the top of the page's main area, the
-notices about the link's values and about a weights option that went away, drawn before the page runs.
+"""The shared sidebar, drawn once by ``app.py`` on every page: page links, text, weights, layer (a user's module's
+attention), variant, sizes, mask, dropout, seed, device (folded away on a page whose work ignores them); and, at the
+top of the page's main area, the notices about the link's values and about a weights option that went away, drawn
+before the page runs.
 Settings that don't apply to the chosen variant are disabled with the registry's reason as their help; the
 settings only some variants have (K/V groups, latent width, window, positions) are drawn only where they apply."""
 
@@ -53,12 +54,13 @@ from attnviz.urlstate import (
     ignored,
     link_gives,
     link_settings,
+    module_attentions,
     settings_given,
     url_query,
     url_text_fits,
     url_value,
 )
-from attnviz.words import clipped, markdown_escape
+from attnviz.words import amount, clipped, markdown_escape
 
 _SETTLED_TEXT = "_settled_text"  # the text the last run settled the settings with (current_settings)
 _WEIGHTS_GONE = "_weights_gone"  # the notice that the session's weights went from the list, and its icon (_notices)
@@ -99,6 +101,7 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
         with st.container() if settings_apply else st.expander("Attention settings", expanded=False):
             text_area()
             choice = _weights(listed)
+            _attention_in_range()
             layer_slot = st.container()
             slots = ViewSlots(layer=layer_slot, links=links, pages=tuple(pages)) if layer_views else None
             if slots is None:
@@ -249,13 +252,50 @@ def _weights(listed) -> ui_weights.Choice:
     return choice
 
 
-def layer_selectbox(choice: ui_weights.Choice) -> int:
-    """The Layer selectbox: the checkpoint's layers, disabled for the book's classes (one layer)."""
+def layer_selectbox(choice: ui_weights.Choice) -> None:
+    """The Layer selectbox: the checkpoint's layers, disabled for the book's classes (one layer); for a module of the
+    user's that computes several attentions that are not one layer's heads, the Attention selectbox in its place."""
+    places = module_attentions({key: st.session_state[key] for key in SETTING_KEYS})
+    if len(places) > 1:
+        attention_selectbox(places)
+        return
     n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
-    return st.selectbox("Layer", list(range(n_layers)), disabled=choice.sizes is None, **bind("layer"),
+    st.selectbox("Layer", list(range(n_layers)), disabled=choice.sizes is None, **bind("layer"),
                         help="Which transformer block's attention to show (0 = the first)." if choice.sizes
                         is not None else "The book's classes are one attention layer; pick a checkpoint under "
                         "Weights for layers.")
+
+
+def attention_selectbox(places: tuple[str, ...]) -> None:
+    """The Attention selectbox: which of the module's attentions the pages draw, "1 of 2 (line 35)", counted from 1
+    as the checker names them (``places``: where each is, in the order the forward computes them)."""
+    total = len(places)
+    if not 1 <= st.session_state["attention"] <= total:  # a text on which the forward computes fewer
+        set_setting("attention", 1)
+    st.selectbox("Attention", list(range(1, total + 1)), **bind("attention"),
+                 format_func=lambda number: f"{number} of {total}" + (f" ({places[number - 1]})"
+                                                                      if places[number - 1] else ""),
+                 help=f"Your module's forward computes {total} attentions that are not the heads of one layer (a "
+                 "model's layers, or attentions of different shapes): pick the one the pages draw, counted in the "
+                 "order the forward computes them, as the checker names them (attention 2 of 2 on line …).")
+
+
+def _attention_in_range() -> None:
+    """The attention the session holds, kept within the attentions of the user's module it picks (1 when the variant
+    is none): a link's attention the module has not is refused with a notice; after the learner picked another
+    module, it simply starts again at 1."""
+    if st.session_state["attention"] == 1:
+        return
+    places = module_attentions({key: st.session_state[key] for key in SETTING_KEYS})
+    if st.session_state["attention"] <= len(places):
+        return
+    if places and drawn("variant", st.session_state["variant"]):
+        total = len(places)
+        span = "1" if total == 1 else f"1 … {total}"
+        st.session_state["_weights_notice"] = ignored(
+            [("attention", st.session_state["attention"])],
+            f"it is out of range (this module's {amount(total, 'attention')}: {span}); showing attention 1.")
+    set_setting("attention", 1)
 
 
 def _variant(choice) -> variants.Variant:

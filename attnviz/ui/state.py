@@ -150,6 +150,8 @@ def _changed(key: str) -> None:
     state[key] = state[key]  # the session's own value, as keep_widgets makes it: see _changed's docstring
     if key == "weights" and state["weights"] != weights.BOOK:
         set_setting("causal", True)  # how GPT-2 was trained (turning it off stays allowed)
+    if key == "variant":
+        set_setting("attention", 1)  # another module's attentions are others
     sizes = preset_dims(state["preset"], state["variant"])  # the wrapper's differ at the book size (its listing's)
     if sizes is not None and (key == "preset" or key == "variant" and is_book(state["preset"])):
         for name, value in zip(("d_in", "d_out", "num_heads"), sizes):

@@ -564,3 +564,25 @@ def test_the_steps_and_compare_pages_draw_a_mask_filled_with_0_as_it_ran(monkeyp
     no_exception(at)
     mine = next(fig for fig in figures(at) if fig["layout"]["title"]["text"].startswith("ZeroFilledMask (your code)"))
     assert not np.isnan(cells_shown(mine)).any()
+
+
+def test_a_model_of_two_layers_picks_the_attention_every_page_draws_by_the_sidebar_and_the_url(monkeypatch):
+    """A small GPT of two one-head layers: the sidebar's Attention picks a layer ("2 of 2 (line N)"), the URL keeps
+    it, the note names the one drawn; a link's attention the model has not is named and attention 1 drawn."""
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:SmallGPT")
+    line = MODULES.read_text().splitlines().index(
+        "        attn_weights = torch.softmax(attn_scores, dim=-2 if self.bug == \"softmax-dim\" else -1)") + 1
+    at = app("pages/shapes.py", variant="Your module: SmallGPT", d_in="16", d_out="16", num_heads="1", attention="9")
+    no_exception(at)
+    assert link_notices(at) == ("Ignored URL parameter attention='9': it is out of range (this module's 2 attentions: "
+                                "1 … 2); showing attention 1.")
+    picker = at.sidebar.selectbox(key="attention")
+    assert picker.label == "Attention" and picker.options == [f"1 of 2 (line {line})", f"2 of 2 (line {line})"]
+    assert picker.value == 1
+    assert [box.value.replace("\\", "") for box in at.info] == [
+        f"The forward computed 2 attentions; this shows attention 1 of 2 on line {line}."]
+    picker.set_value(2).run()
+    no_exception(at)
+    assert at.query_params["attention"] == "2"
+    assert [box.value.replace("\\", "") for box in at.info] == [
+        f"The forward computed 2 attentions; this shows attention 2 of 2 on line {line}."]
