@@ -66,9 +66,10 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; at run t
     from attnviz.tracing import trace_module
 
 
-def show(trace_or_module, text: str | None = None, *, stage: str | None = None, head: int = 0):
-    """Display the Heads view of a Trace, or of ``module`` traced on ``text`` (:func:`trace_module`), in Jupyter
-    (:func:`attnviz.views.notebook.show` draws it).  Returns the Trace.
+def show(trace_or_module, text: str | None = None, *, stage: str | None = None, head: int = 0, attention: int = 1):
+    """Display the Heads view of a Trace, or of ``module`` traced on ``text`` (:func:`trace_module`; ``attention``:
+    which of its attentions, counted from 1), in Jupyter (:func:`attnviz.views.notebook.show` draws it).  Returns the
+    Trace.
 
     A Trace is drawn as it ran, so its second argument is the stage: ``show(trace, "scores")`` is
     ``show(trace, stage="scores")`` (the weights when none is given); a text there is refused, naming the stages."""
@@ -82,14 +83,24 @@ def show(trace_or_module, text: str | None = None, *, stage: str | None = None, 
     if isinstance(trace_or_module, torch.nn.Module):
         if text is None:
             raise InputError("show(module, text): give the text to trace the module on")
-        trace = tracing.trace_module(trace_or_module, text)
+        trace = tracing.trace_module(trace_or_module, text, attention=attention)
     else:
         trace = require_trace(trace_or_module, "trace_or_module", also="an attention torch.nn.Module and a text")
+        if attention != 1:
+            raise InputError(f"show(trace, attention={attention!r}): a Trace shows the attention it was traced with"
+                             f"{_shown_attention(trace)}; trace the module again with trace_module(module, x, "
+                             f"attention={attention!r})")
         if text is not None:
             if stage is not None:
                 raise InputError(f"show(trace, {text!r}, stage={stage!r}) names the stage twice: give it once")
             stage = text  # figures_of names the stages a string that is not one could have been
     return notebook.show(trace, stage=stage or "weights", head=head)
+
+
+def _shown_attention(trace) -> str:
+    """`` (attention 1 of 2 on line 35)``: which of a module's attentions ``trace`` shows; "" for one."""
+    named = "" if trace.module_run is None else trace.module_run.attention_named
+    return f" ({named})" if named else ""
 
 
 def __getattr__(name: str):

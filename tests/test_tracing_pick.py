@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch import nn
 
+import attnviz
 from attnviz import checks, load_trace, tracing
+from attnviz.config import InputError
 from attnviz.trace_file import trace_npz
 
 
@@ -184,3 +186,15 @@ def test_a_saved_trace_keeps_which_attention_it_shows(x, tmp_path):
     path = tmp_path / "layer2.npz"
     path.write_bytes(trace_npz(trace))
     assert load_trace(path).module_run.attention_named == f"attention 2 of 2 on line {SOFTMAX_LINE}"
+
+
+def test_show_traces_the_attention_it_is_given_and_a_trace_keeps_its_own(x):
+    model = TwoBlockGPT().eval()
+    with pytest.raises(tracing.TraceError, match=r"^attention=3: the forward computed 2 attentions"):
+        attnviz.show(model, "Your journey starts", attention=3)
+    trace = tracing.trace_module(model, x)
+    with pytest.raises(InputError) as caught:
+        attnviz.show(trace, attention=2)
+    assert str(caught.value) == (f"show(trace, attention=2): a Trace shows the attention it was traced with (attention "
+                                 f"1 of 2 on line {SOFTMAX_LINE}); trace the module again with trace_module(module, "
+                                 "x, attention=2)")
