@@ -79,9 +79,10 @@ def base_config(config: AttentionConfig, d_out: int, num_heads: int, window: int
     if kv_heads is None:
         kv_heads = None if _fixed_kv_groups(config) else config.num_kv_groups
     latent = config.latent_dim if latent is None else int(latent)
+    # a user's module is compared with the book's classes, which compute one attention each
     return replace(config, d_out=int(d_out), num_heads=int(num_heads), sliding_window_size=window,
                    num_kv_groups=None if kv_heads is None else int(kv_heads), latent_dim=latent, train=False,
-                   device="cpu", module=None).validate()  # a user's module is compared with the book's classes
+                   device="cpu", module=None, attention=1).validate()
 
 
 def book_listing(base: AttentionConfig) -> bool:

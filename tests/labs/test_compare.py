@@ -237,6 +237,13 @@ def test_every_variant_runs_on_the_trace_inputs(causal):
     assert all(check.ok for check in result.checks)
 
 
+def test_the_attention_picked_of_a_users_module_is_not_asked_of_the_books_classes():
+    """The module's second layer picked in the sidebar: the book's classes it is compared with compute one each."""
+    base = compare.base_config(AttentionConfig(module="Your module: SmallGPT", d_in=16, d_out=16, num_heads=1,
+                                               attention=2), 16, 4)
+    assert base.module is None and base.attention == 1
+
+
 @pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_same_seed_same_weights_as_the_app_shows_for_that_variant(variant):
     """Each variant here is the module the other pages run for it (same seed, same embeddings)."""
