@@ -184,13 +184,18 @@ def file_name(*parts) -> str:
 
 
 def layer_part(config: AttentionConfig) -> str | None:
-    """A file name's layer: ``"layer1"`` for a checkpoint's layer, None for the book's classes (one layer)."""
-    return f"layer{config.layer}" if config.checkpoint is not None else None
+    """A file name's layer: ``"layer1"`` for a checkpoint's layer, ``"attention2"`` for a user's module's attention
+    after its first (counted from 1, as the sidebar picks it), None for the book's classes (one layer) and a module's
+    first attention."""
+    if config.checkpoint is not None:
+        return f"layer{config.layer}"
+    return f"attention{config.attention}" if config.module is not None and config.attention != 1 else None
 
 
 def trace_file_name(config: AttentionConfig) -> str:
-    """The trace download's name (without extension): its variant ("module" for a user's) and a checkpoint's layer,
-    ``attnviz-trace-mha``, ``attnviz-trace-mha-layer1``, so traces of two views do not share one name."""
+    """The trace download's name (without extension): its variant ("module" for a user's) and a checkpoint's layer
+    (a module's attention), ``attnviz-trace-mha``, ``attnviz-trace-mha-layer1``, ``attnviz-trace-module-attention2``,
+    so traces of two views do not share one name."""
     return file_name("attnviz-trace", "module" if config.module else config.variant, layer_part(config))
 
 

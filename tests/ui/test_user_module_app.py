@@ -15,6 +15,7 @@ from helpers.apptest import (
     link_notices,
     no_exception,
     open_app,
+    recorded_downloads,
     recorded_spinners,
 )
 from helpers.apptest import plotly_figures as figures
@@ -568,8 +569,10 @@ def test_the_steps_and_compare_pages_draw_a_mask_filled_with_0_as_it_ran(monkeyp
 
 def test_a_model_of_two_layers_picks_the_attention_every_page_draws_by_the_sidebar_and_the_url(monkeypatch):
     """A small GPT of two one-head layers: the sidebar's Attention picks a layer ("2 of 2 (line N)"), the URL keeps
-    it, the note names the one drawn; a link's attention the model has not is named and attention 1 drawn."""
+    it, the note names the one drawn, a download names it; a link's attention the model has not is named and
+    attention 1 drawn."""
     monkeypatch.setenv(user_code.ENV, f"{MODULES}:SmallGPT")
+    downloads = recorded_downloads(monkeypatch)
     line = MODULES.read_text().splitlines().index(
         "        attn_weights = torch.softmax(attn_scores, dim=-2 if self.bug == \"softmax-dim\" else -1)") + 1
     at = app("pages/shapes.py", variant="Your module: SmallGPT", d_in="16", d_out="16", num_heads="1", attention="9")
@@ -586,3 +589,4 @@ def test_a_model_of_two_layers_picks_the_attention_every_page_draws_by_the_sideb
     assert at.query_params["attention"] == "2"
     assert [box.value.replace("\\", "") for box in at.info] == [
         f"The forward computed 2 attentions; this shows attention 2 of 2 on line {line}."]
+    assert "attnviz-trace-module.npz" in downloads and downloads[-1] == "attnviz-trace-module-attention2.npz", downloads
