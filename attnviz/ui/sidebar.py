@@ -255,7 +255,7 @@ def _weights(listed) -> ui_weights.Choice:
 def layer_selectbox(choice: ui_weights.Choice) -> None:
     """The Layer selectbox: the checkpoint's layers, disabled for the book's classes (one layer); for a module of the
     user's that computes several attentions that are not one layer's heads, the Attention selectbox in its place."""
-    places = module_attentions({key: st.session_state[key] for key in SETTING_KEYS})
+    places = _module_attentions()
     if len(places) > 1:
         attention_selectbox(places)
         return
@@ -280,13 +280,25 @@ def attention_selectbox(places: tuple[str, ...]) -> None:
                  "order the forward computes them, as the checker names them (attention 2 of 2 on line …).")
 
 
+def _module_attentions() -> tuple[str, ...]:
+    """Where each attention of the user's module the sidebar picks is (``urlstate.module_attentions``; () for the
+    book's classes and a checkpoint), under the spinner a run of the module has, naming it: the first call builds the
+    module and runs it on 4 tokens, which a slow constructor or forward makes a wait (the spinner shows after half a
+    second: a module already built shows none)."""
+    values = {key: st.session_state[key] for key in SETTING_KEYS}
+    if values["variant"] not in user_code.listed():
+        return ()
+    with st.spinner(f"Running your module, {markdown_escape(values['variant'].split(': ', 1)[-1])}…", show_time=True):
+        return module_attentions(values)
+
+
 def _attention_in_range() -> None:
     """The attention the session holds, kept within the attentions of the user's module it picks (1 when the variant
     is none): a link's attention the module has not is refused with a notice; after the learner picked another
     module, it simply starts again at 1."""
     if st.session_state["attention"] == 1:
         return
-    places = module_attentions({key: st.session_state[key] for key in SETTING_KEYS})
+    places = _module_attentions()
     if st.session_state["attention"] <= len(places):
         return
     if places and drawn("variant", st.session_state["variant"]):
