@@ -46,6 +46,11 @@ CONFIG_ERRORS = [
     ({"embedding": "book", "d_in": 768}, r"journey vectors are 3-dimensional: set d_in to 3 \(got 768\)\."),
     ({"num_heads": 16, "d_out": 8}, r"16 heads need d_out ≥ 16; d_out is 8\."),
     ({"variant": "mha_wrapper", "num_heads": 9, "d_out": 4}, r"9 heads need d_out ≥ 9; d_out is 4\."),
+    ({"attention": 0}, r"attention must be a whole number from 1 to 8192 \(which of a module's attentions to show, "
+                       r"counted from 1\), got 0\."),
+    ({"attention": "2"}, r"attention must be a whole number from 1 to 8192 .* got '2'\."),
+    ({"attention": 2}, r"attention=2 picks one of your module's attentions; the book's classes and a checkpoint's "
+                       r"layer compute one\."),
 ]
 
 
