@@ -2460,10 +2460,11 @@ def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_id
 
 def module_run(module: nn.Module, recording: Recording, attention: Attention, *, attention_number: int = 1,
                places: tuple[str, ...] = ("",)) -> ModuleRun:
-    """The module's class, its file and the line of each stage of ``attention`` (for the source panel and the op
-    diagram), which of the forward's attentions it is (``attention_number`` of ``places``, where each is:
-    :func:`picked`), the head_dim its scale is judged by (:func:`score_width`) and the scales its config declares
-    (:func:`attnviz.declarations.declared_scales`' designs), for the explanation of a weight."""
+    """The module's class, its file, every op (the stages marked of ``attention`` alone) and the line of each of its
+    stages (for the source panel and the op diagram), which of the forward's attentions it is (``attention_number`` of
+    ``places``, where each is: :func:`picked`), the head_dim its scale is judged by (:func:`score_width`) and the
+    scales its config declares (:func:`attnviz.declarations.declared_scales`' designs), for the explanation of a
+    weight."""
     try:
         filename = inspect.getsourcefile(type(module))
     except (TypeError, OSError):
@@ -2476,7 +2477,9 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention, *,
     if attention.kind != "softmax" and "context" in lines:  # one SDPA / MultiheadAttention call computes them all
         for stage in ("scores", "scaled", "masked", "weights", "dropped"):
             lines.setdefault(stage, lines["context"])
-    ops = tuple((op.name, op.shape, op.line if op.filename == filename else None, op.stage) for op in recording.ops)
+    ops = tuple((op.name, op.shape, op.line if op.filename == filename else None,
+                 op.stage if first <= index <= last else None)  # the stages of the attention shown, not another's
+                for index, op in enumerate(recording.ops))
     source_lines, first_line = class_source(type(module))
     width = score_width(module, attention)
     declared = tuple((found.scale, found.setting)

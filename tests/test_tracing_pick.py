@@ -123,6 +123,9 @@ def test_the_picked_layers_weights_are_that_layers_own(x, num_heads, number):
     assert trace.module_run.attention == number and trace.module_run.attention_named == named
     assert trace.notes == (f"The forward computed 2 attentions; this shows {named}.",)
     assert trace.module_run.stage_lines["weights"] == SOFTMAX_LINE
+    marked = [index for index, (_, _, _, stage) in enumerate(trace.module_run.ops) if stage == "weights"]
+    softmaxes = [index for index, (name, *_) in enumerate(trace.module_run.ops) if name == "softmax"]
+    assert marked == [softmaxes[number - 1]]  # the op diagram marks the stages of the attention shown, no other's
 
 
 def test_without_attention_the_first_layer_is_shown_alone_and_named(x):
