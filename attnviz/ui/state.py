@@ -73,6 +73,9 @@ PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept whi
     "generate_new", "generate_random", "generate_layer", "generate_head", "generate_sizes", "generate_dtype",
     "train_steps", "train_seed", "benchmark_n", "benchmark_repeats",
 )
+# the page widgets whose link's refused value a page reads (:func:`take_refused`: Generate's random GPT, set aside for a
+# model under Weights); no other widget's is kept
+READS_REFUSED = ("generate_random",)
 
 
 def settings_from_url() -> None:
@@ -254,7 +257,8 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
             continue
         outside.discard(url)
         st.session_state.pop(page_param_notice(key), None)  # about another URL's value: not this view's
-        st.session_state.pop(_refused_key(key), None)
+        if key in READS_REFUSED:
+            st.session_state.pop(_refused_key(key), None)
         raw = st.query_params.get(url)
         if raw is None:
             if not first:  # the entry's page showed its default here: page_bind sets it again
@@ -268,7 +272,8 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
         except ValueError as exc:
             st.session_state.pop(key, None)  # the page's default, which the notice names: page_bind sets it
             st.session_state[page_param_notice(key)] = ignored([(url, raw)], f"it {exc}; {instead}.")
-            st.session_state[_refused_key(key)] = str(raw)
+            if key in READS_REFUSED:  # a page says more about it: kept for that page to take
+                st.session_state[_refused_key(key)] = str(raw)
             del st.query_params[url]  # ignored, so not the URL's: a page that draws no widget for it leaves it too
 
 
@@ -279,7 +284,9 @@ def _refused_key(key: str) -> str:
 def take_refused(key: str) -> str | None:
     """The value the link gave page widget ``key`` that :func:`page_widgets_from_url` refused and took out of the URL,
     for a page that says more about it than the refusal (Generate's random GPT, set aside for a model under Weights);
-    None once taken, or where none was refused."""
+    None once taken, or where none was refused.  Only the widgets of :data:`READS_REFUSED` keep one."""
+    if key not in READS_REFUSED:
+        raise KeyError(f"page widget {key!r} keeps no refused value: add it to attnviz.ui.state.READS_REFUSED")
     return st.session_state.pop(_refused_key(key), None)
 
 

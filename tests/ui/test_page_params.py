@@ -17,6 +17,8 @@ from helpers.apptest import APP, TIMEOUT, follow_link, link_notices, main_warnin
 from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
+from attnviz.ui.state import PAGE_WIDGETS
+
 LONG = " ".join(["the cat sat on the mat"] * 60)  # 360 tokens: a 256 × 256 window, first row or column 0 … 104
 
 
@@ -561,6 +563,8 @@ def test_a_bad_value_in_a_labs_link_gives_a_notice_in_words_and_the_default(scri
     assert {key: shown[key] for key in defaults} == defaults
     for key in shown:  # the URL and the link say what the page draws: its defaults, which they leave out
         assert url(at, key) is None and key not in link_query(at)
+    # the refused values are said, not kept: only Generate's random GPT is read again (state.take_refused)
+    assert not [key for key in PAGE_WIDGETS if f"_url_refused_{key}" in at.session_state]
 
 
 def test_a_labs_parameter_the_link_repeats_uses_the_last():
