@@ -144,15 +144,29 @@ class OutOfRangeError(ValueError):
     """A URL parameter's whole number outside the values it may take (its words say which)."""
 
 
+# a whole number as a box or a link writes one: a sign in front, thousands set apart by commas, underscores or spaces
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
+def whole_digits(text: str) -> str | None:
+    """The digits (and sign) of the whole number ``text`` writes — digits, a sign in front, thousands set apart by
+    commas, underscores or spaces (``1,500``), spaces around —, or None: what a number box and a link's number
+    both take."""
+    digits = re.sub(r"[,_ ]", "", text.strip())
+    return digits if _WHOLE.fullmatch(digits) else None
+
+
 def _whole_number(raw: str) -> int:
-    """``raw`` as an int; a ValueError that says so in words (never Python's own text) when it is not one, and an
-    :class:`OutOfRangeError` when it has more digits than ``int()`` reads (a whole number far out of any range)."""
+    """``raw`` as an int (:func:`whole_digits`); a ValueError that says so in words (never Python's own text) when it
+    is not one, and an :class:`OutOfRangeError` when it has more digits than ``int()`` reads (a whole number far out
+    of any range)."""
+    digits = whole_digits(raw)
+    if digits is None:
+        raise ValueError("it is not a whole number")
     try:
-        return int(raw)
-    except ValueError:
-        if raw.strip().lstrip("+-").isdigit():  # more digits than int() reads
-            raise OutOfRangeError("it is out of range (far too many digits)") from None
-        raise ValueError("it is not a whole number") from None
+        return int(digits)
+    except ValueError:  # more digits than int() reads
+        raise OutOfRangeError("it is out of range (far too many digits)") from None
 
 
 def _parse_int(low: int, high: int):

@@ -1,7 +1,9 @@
 """The Benchmark page: the five implementations timed on this machine when the user presses Run, with a Stop, the
 last results kept in the session, a word when a run was stopped or cut short by a rerun, and a warning when a row's
-timed calls spread so widely that the ranking may not hold.  A mask or device the sidebar disables (a user's module,
-the sliding window's mask) is timed as the book's multi-head attention runs it, and a value set aside is named."""
+timed calls spread so widely that the ranking may not hold.  The tokens and repeats are number boxes
+(:mod:`attnviz.ui.number_box`): Run times what they show, or, with one that holds no number in its range, nothing.  A
+mask or device the sidebar disables (a user's module, the sliding window's mask) is timed as the book's multi-head
+attention runs it, and a value set aside is named."""
 
 from __future__ import annotations
 
@@ -13,10 +15,10 @@ from attnviz import variants
 from attnviz.config import MAX_CONTEXT_LENGTH, available_devices, resolve_device
 from attnviz.labs import implementations
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.state import page_bind
+from attnviz.ui.number_box import BOX_CHARS, box_bind, box_number, box_problem, span
 from attnviz.urlstate import DEFAULTS, ignored, url_value
 from attnviz.views import figures
-from attnviz.words import amount
+from attnviz.words import amount, markdown_escape
 
 STARTED = "benchmark_started"  # session_state: set while a timing runs, so the next run knows a rerun cut it short
 STOPPED = "benchmark_stopped"  # session_state: the Stop button's click
@@ -51,16 +53,23 @@ def show(page_run: Context) -> None:
     if d_in != d_out:
         st.caption("nn.MultiheadAttention is left out: it needs d_in == d_out.")
 
-    n_col, repeats_col = st.columns(2)
-    n = n_col.number_input("Tokens n", min_value=1, max_value=MAX_CONTEXT_LENGTH, step=1,
-                           **page_bind("benchmark_n", 256))
-    repeats = repeats_col.number_input("Timed repeats", min_value=1, max_value=100, step=1,
-                                       **page_bind("benchmark_repeats", 5))
+    n_col, repeats_col = st.columns(2, vertical_alignment="top")  # a box's warning under it, the other box level
+    boxes = {"benchmark_n": ("Tokens n", (1, MAX_CONTEXT_LENGTH), 256), "benchmark_repeats": ("Timed repeats",
+                                                                                            (1, 100), 5)}
+    texts, refused = {}, False
+    for col, (key, (label, bounds, default)) in zip((n_col, repeats_col), boxes.items()):
+        texts[key] = col.text_input(label, max_chars=BOX_CHARS, placeholder=f"a whole number, {span(bounds)}",
+                                    help=f"{span(bounds)}.", **box_bind(key, default))
+        if (problem := box_problem(label, texts[key], bounds)) is not None:  # Run times what the boxes show, or nothing
+            col.warning(markdown_escape(f"{problem}: Run benchmark times nothing until the box holds a number in "
+                                        "that range."), icon=":material/block:")
+            refused = True
 
     cut_short = st.session_state.pop(STARTED, False)  # still set: a rerun ended the timing before it finished
-    if st.button("Run benchmark", key="benchmark_run", type="primary"):
+    if st.button("Run benchmark", key="benchmark_run", type="primary", disabled=refused):
         cut_short = False
-        st.session_state[RESULTS] = _time({**settings, **timed}, device, int(n), int(repeats))
+        st.session_state[RESULTS] = _time({**settings, **timed}, device, box_number(texts["benchmark_n"]),
+                                          box_number(texts["benchmark_repeats"]))
 
     if st.session_state.pop(STOPPED, False):
         st.info("Stopped: nothing of that run was kept.", icon=":material/stop:")

@@ -28,6 +28,7 @@ from attnviz.models import generation
 from attnviz.models import gpt as gpt_model
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.number_box import link_text, number_box
 from attnviz.ui.share import file_name, share_link
 from attnviz.ui.sidebar import module_message
 from attnviz.ui.state import (
@@ -97,13 +98,13 @@ RANDOM_NOISE = ("**A small random GPT with {label}** ({sizes}). Its weights are 
 
 
 def from_url() -> None:
-    """A session's first visit: New tokens and the random GPT take the link's ``new_tokens`` (a whole number in
-    1 … MAX_NEW) and ``random`` (one of the random GPT's attentions, or ``none``), the cost chart's Sizes and dtype
-    its ``sizes`` (a real model's name, as the table lists it) and ``dtype`` (one of the dtypes offered); anything
-    else is refused with a notice (the page then uses its default).  The step, layer and head shown are read where
-    the generation is known (:func:`_stepper`, :func:`_step_views`)."""
+    """A session's first visit: New tokens and the random GPT take the link's ``new_tokens`` (any text its box holds:
+    :func:`attnviz.ui.number_box.link_text`) and ``random`` (one of the random GPT's attentions, or ``none``), the
+    cost chart's Sizes and dtype its ``sizes`` (a real model's name, as the table lists it) and ``dtype`` (one of the
+    dtypes offered); anything else is refused with a notice (the page then uses its default).  The step, layer and
+    head shown are read where the generation is known (:func:`_stepper`, :func:`_step_views`)."""
     page_widgets_from_url("generate", {
-        "generate_new": (NEW_TOKENS, functools.partial(parse_number, low=1, high=MAX_NEW, what="new tokens"),
+        "generate_new": (NEW_TOKENS, functools.partial(link_text, bounds=(1, MAX_NEW), what="new tokens"),
                          f"using {DEFAULT_NEW}"),
         "generate_random": (RANDOM, functools.partial(parse_option, options=RANDOM_CHOICES, what="a random GPT "
                                                       "this page offers"),
@@ -266,12 +267,12 @@ def _generate_section(page_run: Context, ref) -> bool:
         st.warning("The prompt is empty: type a text in the sidebar's **Text** box, and the model continues it.",
                    icon="✋")
         return False
-    max_new = st.number_input(
-        "New tokens", min_value=1, max_value=MAX_NEW, step=1,
-        help="How many tokens to generate, greedily (the most likely each time). Prompt + new tokens must fit the "
-             "model's context: a long prompt keeps its end so that they fit (at least half the context); more "
-             "are clipped. A notice says so.",
-        **page_bind("generate_new", DEFAULT_NEW, lambda v: isinstance(v, int) and 1 <= v <= MAX_NEW, url=NEW_TOKENS))
+    max_new = number_box(
+        st, "New tokens", "generate_new", DEFAULT_NEW, (1, MAX_NEW), f"the page generates {DEFAULT_NEW}",
+        url=NEW_TOKENS,
+        help=f"1 … {MAX_NEW:,}. How many tokens to generate, greedily (the most likely each time). Prompt + new tokens "
+             "must fit the model's context: a long prompt keeps its end so that they fit (at least half the context); "
+             "more are clipped. A notice says so.")
     # a forward pass per token: hundreds of tokens of a GPT-2 take minutes on a CPU, so the spinner counts the time
     spinner = ("Generating 1 new token with the KV cache, one forward pass…" if int(max_new) == 1 else
                f"Generating up to {int(max_new):,} new tokens with the KV cache, one forward pass each…")

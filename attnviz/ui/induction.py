@@ -4,11 +4,12 @@ future are scored but not named, with the Heads page's reason; a sliding window 
 sidebar's or a checkpoint layer's own, says why its heads score 0).
 
 T, the seed, the map's layer and its head follow the URL (``T``, ``token_seed``, ``map_layer``, ``head``): read on a
-session's first visit of the page (a value the lab does not offer — a T longer than the model's context allows, a
-layer the model lacks, no number — is refused with a notice above its widget, which shows its default), written with
-the value each run draws; the page draws the Share link after them and the knock-outs (its ``PageEntry.draws_link``).
-The map opens on the best induction head, in its layer: the lab's own Layer and Head widgets follow it while left at
-their defaults (the sidebar's *Layer* is the other pages')."""
+session's first visit of the page, written with the value each run draws.  T and the seed are number boxes
+(:mod:`attnviz.ui.number_box`): a T longer than the model's context allows, or no number, typed or in the link, stays
+in its box, and the warning under it says the lab uses the default; a layer the model lacks, a head it lacks, is
+refused with a notice above its widget, which shows its default.  The page draws the Share link after them and the
+knock-outs (its ``PageEntry.draws_link``).  The map opens on the best induction head, in its layer: the lab's own
+Layer and Head widgets follow it while left at their defaults (the sidebar's *Layer* is the other pages')."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import induction
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.head_labels import future_caption
+from attnviz.ui.number_box import link_text, number_box
 from attnviz.ui.sidebar import module_message
 from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
 from attnviz.urlstate import HEAD, MAP_LAYER, REPEAT, TOKEN_SEED, parse_head, parse_number
@@ -112,13 +114,14 @@ def max_repeat(page_run: Context) -> int:
 
 
 def from_url(page_run: Context, longest: int) -> None:
-    """A session's first visit of the lab: T, the seed and the head take the link's ``T`` (``MIN_T`` … ``longest``),
-    ``token_seed`` and ``head`` (a head of the map's layer; its layer: :func:`layer_from_url`)."""
+    """A session's first visit of the lab: T, the seed and the head take the link's ``T`` and ``token_seed`` (any text
+    their boxes hold: :func:`attnviz.ui.number_box.link_text`) and ``head`` (a head of the map's layer; its layer:
+    :func:`layer_from_url`)."""
     page_widgets_from_url("induction", {
-        "induction_T": (REPEAT, functools.partial(parse_number, low=induction.MIN_T, high=longest,
+        "induction_T": (REPEAT, functools.partial(link_text, bounds=(induction.MIN_T, longest),
                                                   what="the repeat lengths the lab offers for this model"),
                         f"using T = {min(induction.DEFAULT_T, longest)}"),
-        "induction_seed": (TOKEN_SEED, functools.partial(parse_number, low=0, high=MAX_SEED, what="seeds"),
+        "induction_seed": (TOKEN_SEED, functools.partial(link_text, bounds=(0, MAX_SEED), what="seeds"),
                            f"using seed {induction.DEFAULT_SEED}"),
         "induction_head": (HEAD, functools.partial(parse_head, num_heads=page_run.config.heads),
                            "showing the best head"),
@@ -136,16 +139,15 @@ def lab_run(page_run: Context) -> induction.InductionRun | None:
         return None
     from_url(page_run, longest)
     url_notices("induction_T", "induction_seed")
-    t_col, seed_col = st.columns(2)
-    in_t = lambda v: isinstance(v, int) and induction.MIN_T <= v <= longest  # noqa: E731
-    T = t_col.number_input(
-        "Repeat length T", min_value=induction.MIN_T, max_value=longest, step=1,
-        help=f"x is T random tokens (ids 1,000–30,000); the sequence is [BOS] + x + x, 2T + 1 tokens "
-             f"(at most {longest} here: the model's context).",
-        **page_bind("induction_T", min(induction.DEFAULT_T, longest), in_t, url=REPEAT))
-    seed = seed_col.number_input("Seed of the random tokens", min_value=0, max_value=MAX_SEED, step=1,
-                                 **page_bind("induction_seed", induction.DEFAULT_SEED,
-                                             lambda v: isinstance(v, int) and 0 <= v <= MAX_SEED, url=TOKEN_SEED))
+    t_col, seed_col = st.columns(2, vertical_alignment="top")  # a box's warning under it, the other box level
+    default_t = min(induction.DEFAULT_T, longest)
+    T = number_box(t_col, "Repeat length T", "induction_T", default_t, (induction.MIN_T, longest),
+                   f"the lab uses T = {default_t}", url=REPEAT,
+                   help=f"{induction.MIN_T} … {longest}. x is T random tokens (ids 1,000–30,000); the sequence is "
+                        f"[BOS] + x + x, 2T + 1 tokens (at most {longest} here: the model's context).")
+    seed = number_box(seed_col, "Seed of the random tokens", "induction_seed", induction.DEFAULT_SEED, (0, MAX_SEED),
+                      f"the lab uses seed {induction.DEFAULT_SEED}", url=TOKEN_SEED,
+                      help=f"0 … {MAX_SEED:,}. Decides the random tokens x: the same seed gives the same sequence.")
     config = page_run.config
     try:
         with st.spinner("Running the model on the repeated tokens…"):

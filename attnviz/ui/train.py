@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import secrets
 
 import streamlit as st
@@ -24,18 +23,16 @@ from attnviz.labs import live_train
 from attnviz.labs.jobs import JobBoard, JobRefusedError
 from attnviz.ui.frame import plotly_config
 from attnviz.ui.memory import freeze_training_imports, in_training_heap
+from attnviz.ui.number_box import BOX_CHARS, box_bind, box_number, box_problem, link_text, span
 from attnviz.ui.share import own_link, share_and_export
-from attnviz.ui.state import page_bind, page_widgets_from_url, url_notices
-from attnviz.urlstate import TRAIN_SEED, TRAIN_STEPS, parse_number
+from attnviz.ui.state import page_widgets_from_url, url_notices
+from attnviz.urlstate import TRAIN_SEED, TRAIN_STEPS
 from attnviz.views import head_figures
-from attnviz.words import clipped, markdown_escape
+from attnviz.words import markdown_escape
 
 POLL_SECONDS = 1.0
 MAX_TRAININGS_ENV = "ATTNVIZ_MAX_TRAININGS"
 MAX_CURVE_POINTS = 800  # loss points drawn (the mean is computed over every step)
-# the characters the steps and seed boxes hold: text boxes, which send the server whatever they show (a number box keeps
-# a number past its bounds, or past 2**53, in view while it sends nothing, and Start would train the box's last number)
-BOX_CHARS = 24
 
 
 def max_trainings() -> int:
@@ -120,15 +117,15 @@ def controls() -> None:
     ``train_seed``: read on a session's first visit, a page default left out) and the sidebar's Share link, drawn once
     they are bound, names both.  Each box is a text box, so the server gets what it shows, and Start trains what the
     boxes show or nothing: anything but a whole number in range disables it, and the page's warning names the box and
-    why (a link reopens such a text as the box showed it: :func:`_link_text`)."""
+    why (a link reopens such a text as the box showed it: :func:`attnviz.ui.number_box.link_text`)."""
     recommended = int(live_train.RECOMMENDED["steps"])
     cfg = live_train.page_config()
     link = share_and_export(None, link=False)
     steps_range, seed_range = (live_train.MIN_STEPS, live_train.MAX_STEPS), (0, live_train.MAX_SEED)
     page_widgets_from_url("train", {
-        "train_steps": (TRAIN_STEPS, functools.partial(_link_text, bounds=steps_range, what="training steps"),
+        "train_steps": (TRAIN_STEPS, functools.partial(link_text, bounds=steps_range, what="training steps"),
                         f"training {recommended:,} steps"),
-        "train_seed": (TRAIN_SEED, functools.partial(_link_text, bounds=seed_range, what="training seeds"), "seed 0"),
+        "train_seed": (TRAIN_SEED, functools.partial(link_text, bounds=seed_range, what="training seeds"), "seed 0"),
     })
     url_notices("train_steps", "train_seed")
     job = current_job()
@@ -138,21 +135,21 @@ def controls() -> None:
     running = job is not None and job.running
     steps_col, seed_col, start_col, stop_col = st.columns([2, 2, 1, 1], vertical_alignment="bottom")
     steps = steps_col.text_input(
-        "Training steps", max_chars=BOX_CHARS, placeholder=f"a whole number, {_span(steps_range)}",
-        help=f"{_span(steps_range)}. Each step trains on one batch of {cfg.batch_size} repeated random sequences of "
+        "Training steps", max_chars=BOX_CHARS, placeholder=f"a whole number, {span(steps_range)}",
+        help=f"{span(steps_range)}. Each step trains on one batch of {cfg.batch_size} repeated random sequences of "
              f"{cfg.seq_len} tokens. {recommended} (the default): the induction head forms around steps 250–300 for "
              "seeds 0–9, about 35–40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token "
              "heads.",
-        **_box_bind("train_steps", recommended, TRAIN_STEPS))
+        **box_bind("train_steps", recommended, TRAIN_STEPS))
     seed = seed_col.text_input(
-        "Seed", max_chars=BOX_CHARS, placeholder=f"a whole number, {_span(seed_range)}",
-        help=f"{_span(seed_range)}. Decides the initial weights and the order of the data: the same seed gives the "
+        "Seed", max_chars=BOX_CHARS, placeholder=f"a whole number, {span(seed_range)}",
+        help=f"{span(seed_range)}. Decides the initial weights and the order of the data: the same seed gives the "
              "same run.",
-        **_box_bind("train_seed", 0, TRAIN_SEED))
+        **box_bind("train_seed", 0, TRAIN_SEED))
     own_link(link, {TRAIN_STEPS: steps, TRAIN_SEED: seed}, model_left_out(),
              warn=ended_run() is not None)  # a model trained here: the link does not hold it
-    refused = [problem for problem in (_box_problem("Training steps", steps, steps_range),
-                                       _box_problem("Seed", seed, seed_range)) if problem is not None]
+    refused = [problem for problem in (box_problem("Training steps", steps, steps_range),
+                                       box_problem("Seed", seed, seed_range)) if problem is not None]
     training = running and not job.stopping  # a stopped one ending its step: Start waits for it (_start)
     start = start_col.button("Start training", key="train_start", type="primary", icon=":material/play_arrow:",
                              disabled=bool(refused) or training,
@@ -165,62 +162,7 @@ def controls() -> None:
         st.warning(markdown_escape(f"{'; '.join(refused)}: Start trains nothing until {each}."),
                    icon=":material/block:")
     elif start:
-        _start(_box_number(steps), _box_number(seed))
-
-
-def _box_number(text: str) -> int | None:
-    """The whole number a box's text writes — digits, a sign in front, thousands set apart by commas, underscores or
-    spaces (``1,500``) —, or None."""
-    digits = re.sub(r"[,_ ]", "", text.strip())
-    return int(digits) if re.fullmatch(r"[+-]?[0-9]+", digits) else None
-
-
-def _box_problem(label: str, text: str, bounds: tuple[int, int]) -> str | None:
-    """Why Start does not train the box ``label``'s ``text`` ("Training steps 99,999 is outside 10 … 6,000"), or None
-    for a whole number in ``bounds``."""
-    number = _box_number(text)
-    if number is None:
-        what = "is empty" if not text.strip() else f"{clipped(text)!r} is not a whole number"
-        return f"{label} {what} ({_span(bounds)})"
-    if not bounds[0] <= number <= bounds[1]:
-        return f"{label} {number:,} is outside {_span(bounds)}"
-    return None
-
-
-def _box_text(value) -> bool:
-    """A value the steps and seed boxes keep: a text they hold."""
-    return isinstance(value, str) and len(value) <= BOX_CHARS
-
-
-def _box_bind(key: str, default: int, url: str) -> dict:
-    """A steps or seed box's keyword arguments: :func:`attnviz.ui.state.page_bind`'s, with ``default`` as its text and
-    an ``on_change`` that first writes a whole number the way the URL and the link hold it (``1,500`` as ``1500``)."""
-    bound = page_bind(key, str(default), _box_text, url=url)
-    return {**bound, "on_change": _tidied, "args": (bound["on_change"], *bound["args"])}
-
-
-def _tidied(changed, key: str, *args) -> None:
-    number = _box_number(st.session_state[key])
-    if number is not None:
-        st.session_state[key] = str(number)
-    changed(key, *args)
-
-
-def _span(bounds: tuple[int, int]) -> str:
-    """A box's range in words: "10 … 6,000"."""
-    return f"{bounds[0]:,} … {bounds[1]:,}"
-
-
-def _link_text(raw: str, bounds: tuple[int, int], what: str) -> str:
-    """A link's steps or seed: any text a box holds (a whole number written as the URL holds one), as the box keeps
-    one typed there — anything but a whole number in ``bounds`` is shown with Start disabled and the page's warning,
-    so a link the page wrote (its URL, its Share link) reopens the view it showed; a longer one, or one with a
-    character a box does not show (a line break), a ValueError in ``urlstate.parse_number``'s words, naming
-    ``bounds``."""
-    if len(raw) <= BOX_CHARS and raw.isprintable():
-        number = _box_number(raw)
-        return raw if number is None else str(number)
-    return str(parse_number(raw, *bounds, what=what))
+        _start(box_number(steps), box_number(seed))
 
 
 def model_left_out() -> str:

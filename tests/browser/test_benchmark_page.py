@@ -17,7 +17,7 @@ def test_benchmark_page_times_five_implementations_on_demand(page, base_url):
     expect(main.locator("h1")).to_contain_text("Implementations benchmark")
     expect(main.get_by_text("CPU only on this machine")).to_be_visible()
     expect(main.locator("[data-testid=stPlotlyChart]")).to_have_count(0)  # no work before the button
-    n_box = main.get_by_role("spinbutton", name="Tokens n")
+    n_box = main.get_by_role("textbox", name="Tokens n", exact=True)
     n_box.fill("16")
     n_box.press("Enter")
     wait_idle(page)
@@ -33,7 +33,7 @@ def test_benchmark_page_times_five_implementations_on_demand(page, base_url):
 
 def start_long_run(page, main) -> None:
     for name, value in (("Tokens n", "1024"), ("Timed repeats", "100")):  # 505 calls: minutes on this machine
-        box = main.get_by_role("spinbutton", name=name)
+        box = main.get_by_role("textbox", name=name, exact=True)
         box.fill(value)
         box.press("Enter")
         wait_idle(page)
@@ -76,9 +76,9 @@ def test_a_run_cut_short_by_a_setting_or_a_page_switch_says_so(page, base_url, h
     assert_no_exception(page)
     expect(main.get_by_text("The benchmark you started did not finish")).to_be_visible()
     expect(main.get_by_test_id("stProgress")).to_have_count(0)
-    expect(main.get_by_role("spinbutton", name="Tokens n")).to_have_value("1024")  # the page's inputs are kept
+    expect(main.get_by_role("textbox", name="Tokens n", exact=True)).to_have_value("1024")  # the page's inputs are kept
     before = runs(page)
-    main.get_by_role("spinbutton", name="Tokens n").fill("8")
-    main.get_by_role("spinbutton", name="Tokens n").press("Enter")
+    main.get_by_role("textbox", name="Tokens n", exact=True).fill("8")
+    main.get_by_role("textbox", name="Tokens n", exact=True).press("Enter")
     wait_idle(page, after=before)
     expect(main.get_by_text("The benchmark you started did not finish")).to_have_count(0)  # said once

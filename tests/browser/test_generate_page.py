@@ -118,7 +118,7 @@ def test_a_page_switch_while_playing_keeps_the_pages_settings(page, server):
     choose_option(page, main.get_by_role("combobox", name="Or generate with a small random GPT"),
                   "a small random GPT with grouped-query attention")
     wait_idle(page)
-    new_tokens = main.get_by_role("spinbutton", name="New tokens")
+    new_tokens = main.get_by_role("textbox", name="New tokens", exact=True)
     before = runs(page)
     new_tokens.fill("30")
     new_tokens.press("Enter")

@@ -271,6 +271,29 @@ def test_back_and_forward_over_a_refused_value_show_what_its_notice_says(page, b
     expect(notice).to_have_count(0)
 
 
+def test_a_number_typed_out_of_range_stays_in_its_box_and_the_page_says_the_number_it_draws(page, base_url):
+    """The Induction lab's T: 7, then 500 (past the 200 the lab offers) typed and Enter pressed.  The box shows 500,
+    and the page draws what the warning under the box says it draws, T = 25 — where a number box showed 500, red,
+    while the page went on drawing T = 7."""
+    visit(page, f"{base_url}/induction?variant=causal&d_in=8&d_out=8&preset=custom")
+    main = page.get_by_test_id("stMain")
+    box = main.get_by_label("Repeat length T", exact=True)
+    grid_title = main.locator("text.gtitle").filter(has_text="every head on")
+    for typed, drawn in (("7", "T = 7"), ("500", "T = 25")):
+        before = runs(page)
+        box.fill(typed)
+        box.press("Enter")
+        wait_idle(page, after=before)
+        assert_no_exception(page)
+        expect(box).to_have_value(typed)
+        expect(grid_title).to_contain_text(drawn)
+    column = main.get_by_test_id("stColumn").filter(has=page.get_by_label("Repeat length T", exact=True))
+    under_box = column.get_by_test_id("stAlert")
+    expect(under_box).to_contain_text("Repeat length T 500 is outside 2 … 200: the lab uses T = 25.")
+    assert under_box.bounding_box()["y"] > box.bounding_box()["y"]
+    assert query(page)["T"] == "500"  # the link reopens the box as it shows
+
+
 @pytest.mark.parametrize(("link", "title"), [
     ("/?head=2", "Attention heads"),
     ("/", "Attention heads"),

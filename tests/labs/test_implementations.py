@@ -129,8 +129,8 @@ def test_benchmark_page_does_no_work_until_the_button_is_pressed(monkeypatch):
 
 def test_benchmark_page_runs_and_draws_five_bars():
     at = benchmark_page(d_in="32", d_out="32", num_heads="4", text="a b c", preset="custom")
-    at.number_input(key="benchmark_n").set_value(8)
-    at.number_input(key="benchmark_repeats").set_value(2)
+    at.text_input(key="benchmark_n").input("8")
+    at.text_input(key="benchmark_repeats").input("2")
     at.button(key="benchmark_run").click().run()
     assert not at.exception, [e.value for e in at.exception]
     charts = at.get("plotly_chart")
@@ -144,7 +144,7 @@ def test_benchmark_page_runs_and_draws_five_bars():
     if not torch.cuda.is_available() and not torch.backends.mps.is_available():
         assert "CPU only on this machine" in page_text
     # the results stay when something else on the page reruns it
-    at.number_input(key="benchmark_repeats").set_value(3).run()
+    at.text_input(key="benchmark_repeats").input("3").run()
     assert len(at.get("plotly_chart")) == 1
 
 

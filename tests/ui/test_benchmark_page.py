@@ -54,8 +54,19 @@ def test_the_benchmark_ignores_an_empty_text_and_keeps_it():
     no_exception(at)
     assert not any("Type some text" in w.value for w in at.warning)  # its own "Tokens n": the text is not used
     assert at.title[0].value == "Implementations benchmark"
-    at.number_input(key="benchmark_n").set_value(8)
-    at.number_input(key="benchmark_repeats").set_value(1)
+    # a box that holds no number in its range stays as typed, and Run times nothing until it does, saying why under it
+    at.text_input(key="benchmark_n").input("5000")
+    at.text_input(key="benchmark_repeats").input("1.5").run()
+    no_exception(at)
+    assert (at.text_input(key="benchmark_n").value, at.text_input(key="benchmark_repeats").value) == ("5000", "1.5")
+    assert [w.value.replace("\\", "") for w in at.warning] == [
+        "Tokens n 5,000 is outside 1 … 1,024: Run benchmark times nothing until the box holds a number in that range.",
+        "Timed repeats '1.5' is not a whole number (1 … 100): Run benchmark times nothing until the box holds a number "
+        "in that range."]
+    assert at.button(key="benchmark_run").disabled and not at.dataframe
+    at.text_input(key="benchmark_n").input("8")
+    at.text_input(key="benchmark_repeats").input("1").run()
+    assert not at.warning and not at.button(key="benchmark_run").disabled
     at.button(key="benchmark_run").click().run()
     no_exception(at)
     assert len(at.dataframe[0].value) >= 4  # every implementation timed

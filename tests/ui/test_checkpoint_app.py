@@ -451,8 +451,8 @@ def test_the_induction_lab_knocks_out_every_head_of_a_checkpoint(checkpoints):
     knockout = next(f for f in figures(at) if f["layout"]["title"]["text"].startswith("knock out one head"))
     delta = np.array(decode(knockout["data"][0]["z"]), dtype=float)
     assert delta.shape == (3, 4)  # the checkpoint's layers × heads
-    T = at.number_input(key="induction_T").value
-    ids = repeated_random_tokens(T, at.number_input(key="induction_seed").value, bos=True)
+    T = int(at.text_input(key="induction_T").value)
+    ids = repeated_random_tokens(T, int(at.text_input(key="induction_seed").value), bos=True)
     expected, _ = models.ablation_grid(models.load_checkpoint(checkpoints / NAME), ids, T)
     np.testing.assert_allclose(delta, expected, atol=1e-4)
     at.multiselect(key="induction_knockout").set_value(["L2H3", "L0H1"]).run()

@@ -207,7 +207,7 @@ def test_the_page_says_the_bundled_model_copies_repeats_and_does_not_continue_en
 
 def test_new_tokens_past_the_context_are_clipped_with_a_notice():
     at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens="1000")
-    assert at.number_input(key="generate_new").value == 1000
+    assert int(at.text_input(key="generate_new").value) == 1000
     assert any("would pass the model's context of 256 tokens" in info.value for info in at.info)
     room = 256 - len(tokens.encode(TEXT))
     assert any(m.value.startswith(f"**Step 0 of {room}**") for m in at.markdown)
@@ -236,27 +236,41 @@ def test_the_new_tokens_follow_the_url_and_a_reload_shows_the_same_view():
     shows the same view, and a change there replaces the link's value in both."""
     at = page(weights=weights.BUNDLED_NAME, text=TEXT)
     assert any(m.value.startswith("**Step 0 of 20**") for m in at.markdown)
-    at.number_input(key="generate_new").set_value(7).run()
+    at.text_input(key="generate_new").input("7").run()
     assert not at.exception
     assert at.query_params["new_tokens"] in ("7", ["7"])
     assert "new_tokens=7" in share_link(at)  # the link to this view says so too
     reloaded = page(**{key: value if isinstance(value, str) else value[0] for key, value in at.query_params.items()})
-    assert reloaded.number_input(key="generate_new").value == 7
+    assert int(reloaded.text_input(key="generate_new").value) == 7
     assert any(m.value.startswith("**Step 0 of 7**") for m in reloaded.markdown)
-    reloaded.number_input(key="generate_new").set_value(5).run()  # the link's own value, changed
+    reloaded.text_input(key="generate_new").input("5").run()  # the link's own value, changed
     assert not reloaded.exception
     assert reloaded.query_params["new_tokens"] in ("5", ["5"])
     assert "new_tokens=5" in share_link(reloaded) and "new_tokens=7" not in share_link(reloaded)
+    # a count out of range stays in the box as typed, and the warning under it says the page generates 20 instead,
+    # which it draws (a number box kept it in view, red, while the page went on generating 5); so does the link
+    reloaded.text_input(key="generate_new").input("2000").run()
+    assert reloaded.text_input(key="generate_new").value == "2000"
+    assert [w.value.replace("\\", "") for w in reloaded.warning] == [
+        "New tokens 2,000 is outside 1 … 1,024: the page generates 20."]
+    assert any(m.value.startswith("**Step 0 of 20**") for m in reloaded.markdown)
+    assert "new_tokens=2000" in share_link(reloaded)
 
 
-@pytest.mark.parametrize(("raw", "words"), [("99999", "is out of range"), ("-3", "is out of range"),
-                                            ("0", "is out of range"), ("abc", "is not a whole number"),
-                                            ("2.5", "is not a whole number")])
-def test_a_url_value_out_of_range_gives_a_notice_and_the_default(raw, words):
+@pytest.mark.parametrize(("raw", "said"), [("99999", "99,999 is outside 1 … 1,024"), ("-3", "-3 is outside 1 … 1,024"),
+                                           ("0", "0 is outside 1 … 1,024"),
+                                           ("abc", "'abc' is not a whole number (1 … 1,024)"),
+                                           ("2.5", "'2.5' is not a whole number (1 … 1,024)")])
+def test_a_links_new_tokens_out_of_range_opens_in_its_box_and_the_page_says_it_generates_the_default(raw, said):
+    """A link's new_tokens goes through the box's own check: it opens in the box as the link wrote it, and the warning
+    under the box names it, the range and the 20 tokens the page generates instead; the URL keeps it, so the link
+    reopens this view."""
     at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens=raw)
-    notice = f"Ignored URL parameter new_tokens='{raw}': it {words} (new tokens: 1 … 1,024); using 20."
-    assert any(notice in w.value.replace("\\", "") for w in at.warning), [w.value for w in at.warning]
-    assert at.number_input(key="generate_new").value == 20
+    assert at.text_input(key="generate_new").value == raw
+    assert f"New tokens {said}: the page generates 20." in [w.value.replace("\\", "") for w in at.warning]
+    assert not any("Ignored URL parameter" in w.value for w in at.warning)
+    assert any(m.value.startswith("**Step 0 of 20**") for m in at.markdown)
+    assert at.query_params["new_tokens"] in (raw, [raw])
     assert at.success  # it still generates
 
 
@@ -656,10 +670,11 @@ def test_a_real_models_chart_is_in_its_own_dtype_as_its_table_row_unless_one_is_
 
 def test_refused_url_values_give_a_notice_and_leave_the_url():
     """Values the page cannot use are said and leave the address bar, whether or not a widget takes their place
-    (no model here: no New tokens is drawn, yet new_tokens=0 leaves the URL)."""
-    at = page(weights=weights.BOOK, random="bogus", step="999", new_tokens="0", sizes="GPT-5", dtype="fp9")
+    (no model here: no New tokens is drawn, yet a new_tokens longer than its box holds leaves the URL)."""
+    at = page(weights=weights.BOOK, random="bogus", step="999", new_tokens="0" * 30, sizes="GPT-5", dtype="fp9")
     notices = " ".join(w.value for w in at.warning).replace("\\", "")
-    assert "Ignored URL parameter new_tokens='0': it is out of range (new tokens: 1 … 1,024); using 20." in notices
+    assert (f"Ignored URL parameter new_tokens='{'0' * 20}…': it is out of range (new tokens: 1 … 1,024); using 20."
+            in notices)  # longer than the box holds (a shorter one is kept for it)
     assert ("Ignored URL parameter sizes='GPT-5': it is not a model the cost chart offers (GPT-2 124M, GPT-2 1.5B, "
             "Llama 3.2 1B, Qwen3 0.6B, Gemma 3 270M, DeepSeek-V3 671B); drawing the cost chart at the model's own "
             "sizes.") in notices

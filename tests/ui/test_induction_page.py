@@ -44,7 +44,7 @@ def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
     knockout_notice = ("Ignored URL parameter knockout='L0H0': knocking out heads needs a model that predicts tokens, "
                        "and the book's classes do not.")
     assert [w.value.replace("\\", "") for w in at.warning] == [knockout_notice]
-    T = at.number_input(key="induction_T").value
+    T = int(at.text_input(key="induction_T").value)
     assert T == induction.DEFAULT_T
     heat = figure(at, "head 0: weights on [BOS] + x + x")
     stripe = stripe_of(heat)
@@ -59,17 +59,40 @@ def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
     np.testing.assert_allclose(np.nan_to_num(shown), expected[0], atol=1e-6)
     assert at.metric[0].value == f"{head_types.induction_stripe(expected, T).max():.2f}"
     # a new T: a new sequence of 2T + 1 tokens
-    at.number_input(key="induction_T").set_value(7).run()
+    at.text_input(key="induction_T").input("7").run()
     assert not at.exception, [e.value for e in at.exception]
     assert decode(stripe_of(figure(at, "head 0: weights"))["y"]).tolist() == list(range(8, 15))  # n = 15
     assert [w.value.replace("\\", "") for w in at.warning] == [knockout_notice]  # said until a model is picked
+    # a text that is no T in range stays in the box as typed, and the warning under it names it, the range and the T
+    # the lab draws instead (a number box kept such a number in view, red, while the page drew its last T)
+    for typed, said in (("500", "500 is outside 2 … 200"),
+                        ("9" * 20, "99,999,999,999,999,999,999 is outside 2 … 200"),
+                        ("7.5", "'7.5' is not a whole number (2 … 200)"), ("", "is empty (2 … 200)"),
+                        ("seven", "'seven' is not a whole number (2 … 200)")):
+        at.text_input(key="induction_T").input(typed).run()
+        no_exception(at)
+        assert at.text_input(key="induction_T").value == typed
+        assert [w.value.replace("\\", "") for w in at.warning] == [  # under the box, then the link's notice
+            f"Repeat length T {said}: the lab uses T = 25.", knockout_notice]
+        assert decode(stripe_of(figure(at, "head 0: weights on [BOS] + x + x (T = 25)"))["y"]).tolist() == \
+            list(range(26, 51))  # the default T's sequence, n = 51
+        assert at.query_params["T"] in (typed, [typed]) or typed == ""  # the link reopens the box as it is
+    at.text_input(key="induction_T").input("1,0").run()  # a whole number, written the way the URL holds one
+    assert at.text_input(key="induction_T").value == "10"
+    assert [w.value.replace("\\", "") for w in at.warning] == [knockout_notice]
+    assert figure(at, "head 0: weights on [BOS] + x + x (T = 10)")
 
 
 def test_an_empty_text_does_not_matter_to_the_lab_and_is_kept():
-    at = lab(text="", variant="causal", d_in="8", d_out="8", preset="custom")
+    """The lab runs random tokens, not the text.  The link's seed goes through its box's check: one that is no whole
+    number opens in the box, and the lab says, under it, that it uses the default seed — the one the page draws."""
+    at = lab(text="", variant="causal", d_in="8", d_out="8", preset="custom", token_seed="x1")
+    assert at.text_input(key="induction_seed").value == "x1"
+    assert [w.value.replace("\\", "") for w in at.warning] == [
+        "Seed of the random tokens 'x1' is not a whole number (0 … 2,147,483,647): the lab uses seed 0."]
     assert not any("Type some text" in w.value for w in at.warning)  # the lab runs random tokens, not the text
     assert at.title[0].value == "Induction lab"
-    T = at.number_input(key="induction_T").value
+    T = int(at.text_input(key="induction_T").value)
     assert stripe_of(figure(at, "head 0: weights on [BOS] + x + x"))
     ids = induction.lab_tokens(T, induction.DEFAULT_SEED)
     expected = pipeline.run_ids(ids.tolist(), AttentionConfig(variant="causal", d_in=8, d_out=8, num_heads=1))
@@ -83,7 +106,7 @@ def test_with_the_mask_off_the_book_classes_are_scored_but_no_head_is_named():
     map shows that weight."""
     at = lab(variant="mha", d_in="16", d_out="16", num_heads="4", preset="custom", causal="false")
     assert any(NOT_NAMED in info.value for info in at.info)  # at the default T = 25 too (best score 0.02 there)
-    at.number_input(key="induction_T").set_value(2).run()
+    at.text_input(key="induction_T").input("2").run()
     assert not at.exception, [e.value for e in at.exception]
     ids = induction.lab_tokens(2, induction.DEFAULT_SEED)
     config = AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=4, causal=False)
@@ -104,12 +127,12 @@ def test_at_t_2_the_lab_does_not_tell_an_induction_head_from_a_previous_token_he
     """At T = 2 the stripe A[i, i−1] is the previous-token stripe over rows of 4 and 5 keys: random heads reach
     0.45–0.5 there with the mask on, and the lab called the best 'an induction head'."""
     at = lab(variant="mha", d_in="16", d_out="16", num_heads="4", preset="custom")
-    at.number_input(key="induction_T").set_value(2).run()
+    at.text_input(key="induction_T").input("2").run()
     assert not at.exception, [e.value for e in at.exception]
     assert float(at.metric[0].value) >= 0.4
     verdict = next(c.value for c in at.caption if c.value.startswith("head "))
     assert "an induction head or a previous-token head: at T = 2 the stripe is the token before" in verdict
-    at.number_input(key="induction_T").set_value(3).run()
+    at.text_input(key="induction_T").input("3").run()
     assert not any("previous-token head" in c.value for c in at.caption)
 
 
@@ -123,7 +146,7 @@ def test_a_sliding_window_narrower_than_the_stripe_says_why_every_score_is_0():
     n = 2 * induction.DEFAULT_T + 1
     behind = np.subtract.outer(np.arange(n), np.arange(n))  # (n, n): i − j
     np.testing.assert_array_equal(np.isnan(shown), (behind < 0) | (behind >= 4))
-    at.number_input(key="induction_T").set_value(4).run()
+    at.text_input(key="induction_T").input("4").run()
     assert not at.exception, [e.value for e in at.exception]
     assert not any("sliding window" in info.value for info in at.info)  # T ≤ W: the stripe is inside the window
 
@@ -174,7 +197,7 @@ def test_the_layer_and_head_boxes_read_the_scores_of_the_t_they_show():
     at = lab(weights="bundled model")
     shown = ShownLabels(at)
     assert shown.of(at, "induction_layer").startswith("layer 1 · ") and shown.agree(at, "induction_head")
-    at.number_input(key="induction_T").set_value(10).run()
+    at.text_input(key="induction_T").input("10").run()
     shown.read(at)
     assert not at.exception, [e.value for e in at.exception]
     scores = induction.run_model(weights.load(weights.bundled_option().ref), 10, induction.DEFAULT_SEED).scores
@@ -183,7 +206,7 @@ def test_the_layer_and_head_boxes_read_the_scores_of_the_t_they_show():
 
     shown.pick(at, "induction_layer", 0)
     assert shown.agree(at, "induction_layer") and shown.agree(at, "induction_head")
-    at.number_input(key="induction_seed").set_value(7).run()
+    at.text_input(key="induction_seed").input("7").run()
     shown.read(at)
     assert at.selectbox(key="induction_layer").value == 0 and at.query_params["map_layer"] in ("0", ["0"])
     assert shown.agree(at, "induction_layer") and shown.agree(at, "induction_head")
@@ -219,9 +242,9 @@ def session_model(monkeypatch):
 def test_a_model_gets_every_layer_scored_the_labs_layer_drawn_and_its_loss(session_model):
     option, model = session_model
     at = lab(weights=option.name, layer="0")  # the sidebar's Layer: not the lab's
-    T = at.number_input(key="induction_T").value
+    T = int(at.text_input(key="induction_T").value)
     assert T == induction.DEFAULT_T
-    at.number_input(key="induction_seed").set_value(5).run()
+    at.text_input(key="induction_seed").input("5").run()
     at.selectbox(key="induction_layer").set_value(1).run()
     assert not at.exception, [e.value for e in at.exception]
     expected = induction.run_model(model, T, 5, layer=1)
@@ -237,15 +260,18 @@ def test_a_model_gets_every_layer_scored_the_labs_layer_drawn_and_its_loss(sessi
     assert at.metric[1].value == f"{second:.2f} nats"
     assert not any(info.value == NO_LOSS for info in at.info)
     assert CHECKPOINT_CAUSAL not in [c.value for c in at.caption] and not any(NOT_NAMED in i.value for i in at.info)
-    # a T longer than the model's context allows is not offered: 2T + 1 ≤ 64
-    assert at.number_input(key="induction_T").max == 31
+    # a T longer than the model's context allows is not used: 2T + 1 ≤ 64; the box says so and the lab draws 25
+    at.text_input(key="induction_T").input("32").run()
+    assert "Repeat length T 32 is outside 2 … 31: the lab uses T = 25." in [w.value.replace("\\", "")
+                                                                              for w in at.warning]
+    assert figure(at, "every head on [BOS] + x + x, T = 25")
 
 
 def test_a_model_runs_with_its_causal_mask_and_says_so_when_the_sidebar_mask_is_off(session_model):
     option, model = session_model
     at = lab(weights=option.name, causal="false")
     assert CHECKPOINT_CAUSAL in [c.value for c in at.caption]
-    T = at.number_input(key="induction_T").value
+    T = int(at.text_input(key="induction_T").value)
     expected = induction.run_model(model, T, induction.DEFAULT_SEED)  # causal, as trained
     grid = figure(at, f"every head on [BOS] + x + x, T = {T}")
     np.testing.assert_allclose(decode(grid["data"][0]["z"]), expected.scores, atol=1e-6)
@@ -264,5 +290,5 @@ def test_a_model_whose_context_cannot_hold_the_shortest_repeat_says_so(tmp_path,
     at = lab(weights="short-context", text="Kept as typed")
     assert any(f"This model's context is {context} tokens" in info.value and "needs 5" in info.value
                for info in at.info)
-    assert not at.main.number_input  # no T to pick
+    assert not at.main.text_input and not at.main.number_input  # no T to pick
     assert at.sidebar.text_area(key="text").value == "Kept as typed"

@@ -30,10 +30,10 @@ def test_the_induction_lab_knocks_out_each_head_and_any_heads_together():
     delta = np.array(decode(grid["data"][0]["z"]))
     assert delta.shape == (2, 2)
     # the same numbers as the library computes for the lab's tokens
-    run_ids = repeated_random_tokens(at.number_input(key="induction_T").value,
-                                     at.number_input(key="induction_seed").value, bos=True)
+    run_ids = repeated_random_tokens(int(at.text_input(key="induction_T").value),
+                                     int(at.text_input(key="induction_seed").value), bos=True)
     expected, _ = models.ablation_grid(models.load_checkpoint(str(models.BUNDLED)), run_ids,
-                                       at.number_input(key="induction_T").value)
+                                       int(at.text_input(key="induction_T").value))
     np.testing.assert_allclose(delta, expected, atol=1e-4)
     assert (delta[0] > 1.0).all()  # the previous-token heads are needed
     curves = figure(at, "knocked out vs intact: the loss per position")
@@ -44,8 +44,8 @@ def test_the_induction_lab_knocks_out_each_head_and_any_heads_together():
     # T = 10, seed 23: the intact loss on the second copy rounds to 2.44 through the knock-out grid's forward pass and
     # to 2.43 through the lab's (float rounding): the page says one number for it, its metric's, in the grid's title
     # and the curves' legend
-    at.number_input(key="induction_T").set_value(10)
-    at.number_input(key="induction_seed").set_value(23).run()
+    at.text_input(key="induction_T").input("10")
+    at.text_input(key="induction_seed").input("23").run()
     no_exception(at)
     said = next(m.value for m in at.metric if m.label == "Loss on the second copy").removesuffix(" nats")
     assert f"(intact {said} nats)" in figure(at, "knock out one head")["layout"]["title"]["text"]

@@ -451,13 +451,13 @@ def test_the_generate_pages_link_carries_new_tokens_on_the_first_run_after_comin
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params["weights"] = "bundled model"
     at.switch_page("pages/generate.py").run()
-    at.number_input(key="generate_new").set_value(7).run()
+    at.text_input(key="generate_new").input("7").run()
     assert "new_tokens=7" in share_link(at)
     follow_link(at, "pages/tokens.py")
     assert "new_tokens" not in share_link(at)
     follow_link(at, "pages/generate.py")
     no_exception(at)
-    assert at.number_input(key="generate_new").value == 7
+    assert int(at.text_input(key="generate_new").value) == 7
     assert "new_tokens=7" in share_link(at)
 
 
@@ -491,8 +491,8 @@ def test_a_link_opens_the_pitfall_labs_bug_and_token():
 def test_a_link_opens_the_induction_labs_length_seed_and_head():
     at = open_app("pages/induction.py", weights="bundled model", T="12", token_seed="7", map_layer="0", head="1")
     no_exception(at)
-    assert at.number_input(key="induction_T").value == 12
-    assert at.number_input(key="induction_seed").value == 7
+    assert int(at.text_input(key="induction_T").value) == 12
+    assert int(at.text_input(key="induction_seed").value) == 7
     assert at.selectbox(key="induction_layer").value == 0
     assert at.selectbox(key="induction_head").value == 1
     assert any(title.startswith("L0H1: weights on [BOS] + x + x (T = 12)") for title in map_titles(at))
@@ -517,8 +517,8 @@ SHOWN = {  # what a lab's widgets show, as its URL parameters write it
     "pages/compare.py": lambda at: {"map": at.segmented_control(key="compare_map").value},
     "pages/pitfalls.py": lambda at: {"bug": at.segmented_control(key="pitfalls_bug").value,
                                      "token": str(at.select_slider(key="pitfalls_token").value)},
-    "pages/induction.py": lambda at: {"T": str(at.number_input(key="induction_T").value),
-                                      "token_seed": str(at.number_input(key="induction_seed").value),
+    "pages/induction.py": lambda at: {"T": at.text_input(key="induction_T").value,
+                                      "token_seed": at.text_input(key="induction_seed").value,
                                       "head": str(at.selectbox(key="induction_head").value)},
 }
 
@@ -543,12 +543,14 @@ SHOWN = {  # what a lab's widgets show, as its URL parameters write it
     ("pages/pitfalls.py", {"token": "9" * 400},
      [f"Ignored URL parameter token='{'9' * 20}…': it is out of range (the token positions of this 6-token text"],
      {"token": "3"}),
-    ("pages/induction.py", {"T": "1", "token_seed": "-3"},
-     ["Ignored URL parameter T='1': it is out of range (the repeat lengths the lab offers for this model: 2 … "
-      "200); using T = 25.",
-      "Ignored URL parameter token_seed='-3': it is out of range (seeds: 0 … 2,147,483,647); using seed 0."],
+    # T and the seed: a value longer than their boxes hold (a shorter one opens in its box: test_induction_page.py)
+    ("pages/induction.py", {"T": "9" * 30, "token_seed": "-" + "3" * 30},
+     [f"Ignored URL parameter T='{'9' * 20}…': it is out of range (the repeat lengths the lab offers for this model: "
+      "2 … 200); using T = 25.",
+      f"Ignored URL parameter token_seed='-{'3' * 19}…': it is out of range (seeds: 0 … 2,147,483,647); using seed "
+      "0."],
      {"T": "25", "token_seed": "0"}),
-    ("pages/induction.py", {"T": "1e3", "head": "one"},
+    ("pages/induction.py", {"T": "1e3" * 10, "head": "one"},
      ["is not a whole number (the repeat lengths the lab offers", "is not a whole number (this layer's"],
      {"T": "25"}),
     ("pages/induction.py", {"weights": "bundled model", "head": "2"},
@@ -589,8 +591,8 @@ def test_a_labs_notice_goes_when_the_user_sets_its_widget():
     ("pages/pitfalls.py", lambda at: (at.segmented_control(key="pitfalls_bug").set_value("mask_diagonal"),
                                       at.select_slider(key="pitfalls_token").set_value(4)),
      {"bug": "mask_diagonal", "token": "4"}),
-    ("pages/induction.py", lambda at: (at.number_input(key="induction_T").set_value(9),
-                                       at.number_input(key="induction_seed").set_value(5),
+    ("pages/induction.py", lambda at: (at.text_input(key="induction_T").input("9"),
+                                       at.text_input(key="induction_seed").input("5"),
                                        at.selectbox(key="induction_layer").set_value(0).run(),  # its head follows
                                        at.selectbox(key="induction_head").set_value(0)),
      {"T": "9", "token_seed": "5", "map_layer": "0", "head": "0"}),
@@ -775,16 +777,16 @@ def test_a_labs_head_left_at_its_default_follows_the_best_head_of_a_new_t_and_se
     it, no new entry of the browser's history), until the user picks one."""
     at = open_app("pages/induction.py", weights="bundled model")
     for key, value in (("induction_T", 2), ("induction_seed", 7), ("induction_T", 5)):  # best heads: 0, 0, 1
-        at.number_input(key=key).set_value(value).run()
+        at.text_input(key=key).input(str(value)).run()
         no_exception(at)
         fresh = open_app("pages/induction.py", weights="bundled model",
-                          T=str(at.number_input(key="induction_T").value),
-                          token_seed=str(at.number_input(key="induction_seed").value))
+                          T=str(int(at.text_input(key="induction_T").value)),
+                          token_seed=str(int(at.text_input(key="induction_seed").value)))
         assert at.selectbox(key="induction_head").value == fresh.selectbox(key="induction_head").value
         assert url(at, "head") is None
     picked = 1 - at.selectbox(key="induction_head").value  # the bundled model has 2 heads
     at.selectbox(key="induction_head").set_value(picked).run()
-    at.number_input(key="induction_seed").set_value(3).run()
+    at.text_input(key="induction_seed").input("3").run()
     assert at.selectbox(key="induction_head").value == picked  # the user's own head stays
 
 

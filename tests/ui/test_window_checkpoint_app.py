@@ -249,7 +249,7 @@ def test_the_induction_lab_names_the_window_layers_that_score_0_and_not_a_causal
     assert induction.CHECKPOINT_CAUSAL not in [c.value for c in at.caption]
     assert not any("see the future" in i.value for i in at.info)
     assert not any("sliding window" in i.value for i in at.info), [i.value for i in at.info]
-    at.number_input(key="induction_T").set_value(4).run()
+    at.text_input(key="induction_T").input("4").run()
     no_exception(at)
     said = [i.value for i in at.info if "sliding window" in i.value]
     assert len(said) == 1 and said[0].startswith("Layers 0 and 2 of this checkpoint run a sliding window (W = 3)"), \

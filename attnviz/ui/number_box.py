@@ -1,0 +1,90 @@
+"""Whole-number boxes: text boxes that send the server what they show, read as a whole number in a range, and the
+page's warning under a box whose text is none.
+
+Streamlit's ``st.number_input`` keeps a number typed past its bounds (or past 2**53) in view, red, and sends the
+server nothing: the page goes on drawing the box's last number, which the box no longer shows, and says nothing (an
+empty box or a text sends the box's ``min_value`` instead).  A text box sends its text, so the page reads what the
+box shows: a whole number in range is used; anything else is kept in the box as typed, and the page says what it does
+instead — a view draws its default (:func:`number_box`), a button that starts work (Train's Start, Benchmark's Run)
+is disabled (:func:`box_problem`).  A page parameter in the URL is read by the same rule (:func:`link_text`), so a
+link reopens a box as it showed it.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from attnviz.ui.state import page_bind
+from attnviz.urlstate import parse_number, whole_digits
+from attnviz.words import clipped, markdown_escape
+
+BOX_CHARS = 24  # the characters a number box holds
+
+
+def box_number(text: str) -> int | None:
+    """The whole number a box's text writes (``urlstate.whole_digits``: ``1,500``), or None."""
+    digits = whole_digits(text)
+    return None if digits is None else int(digits)
+
+
+def span(bounds: tuple[int, int]) -> str:
+    """A box's range in words: "10 … 6,000"."""
+    return f"{bounds[0]:,} … {bounds[1]:,}"
+
+
+def box_problem(label: str, text: str, bounds: tuple[int, int]) -> str | None:
+    """Why the box ``label``'s ``text`` is not used ("Training steps 99,999 is outside 10 … 6,000"), or None for a
+    whole number in ``bounds``."""
+    number = box_number(text)
+    if number is None:
+        what = "is empty" if not text.strip() else f"{clipped(text)!r} is not a whole number"
+        return f"{label} {what} ({span(bounds)})"
+    if not bounds[0] <= number <= bounds[1]:
+        return f"{label} {number:,} is outside {span(bounds)}"
+    return None
+
+
+def _box_text(value) -> bool:
+    """A value a number box keeps: a text it holds."""
+    return isinstance(value, str) and len(value) <= BOX_CHARS
+
+
+def box_bind(key: str, default: int, url: str | None = None) -> dict:
+    """A number box's keyword arguments: :func:`attnviz.ui.state.page_bind`'s, with ``default`` as its text and an
+    ``on_change`` that first writes a whole number the way the URL and the link hold it (``1,500`` as ``1500``)."""
+    bound = page_bind(key, str(default), _box_text, url=url)
+    changed = bound.get("on_change")
+    return {**bound, "on_change": _tidied, "args": (changed, *bound.get("args", (key,)))}
+
+
+def _tidied(changed, key: str, *args) -> None:
+    number = box_number(st.session_state[key])
+    if number is not None:
+        st.session_state[key] = str(number)
+    if changed is not None:
+        changed(key, *args)
+
+
+def link_text(raw: str, bounds: tuple[int, int], what: str) -> str:
+    """A link's value of a number box: any text a box holds (a whole number written as the URL holds one), as the box
+    keeps one typed there, so a link the page wrote (its URL, its Share link) reopens the box as it showed it, with the
+    page's warning where it is no number in ``bounds``; a longer one, or one with a character a box does not show (a
+    line break), a ValueError in ``urlstate.parse_number``'s words, naming ``bounds``."""
+    if len(raw) <= BOX_CHARS and raw.isprintable():
+        number = box_number(raw)
+        return raw if number is None else str(number)
+    return str(parse_number(raw, *bounds, what=what))
+
+
+def number_box(where, label: str, key: str, default: int, bounds: tuple[int, int], instead: str, *,
+               url: str | None = None, help: str | None = None) -> int:
+    """A number box in ``where`` (a column, or ``st``) and the number the page uses: the box's whole number where it
+    is one in ``bounds``; else ``default`` (in ``bounds``), and a warning under the box that names what it holds, the
+    range and ``instead`` (what the page shows: "the lab uses T = 24").  The box keeps its text."""
+    text = where.text_input(label, max_chars=BOX_CHARS, placeholder=f"a whole number, {span(bounds)}", help=help,
+                            **box_bind(key, default, url))
+    problem = box_problem(label, text, bounds)
+    if problem is None:
+        return box_number(text)
+    where.warning(markdown_escape(f"{problem}: {instead}."), icon=":material/block:")
+    return default
