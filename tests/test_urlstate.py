@@ -402,6 +402,20 @@ def test_a_setting_out_of_range_says_so_and_one_not_whole_says_that(key):
             notices
 
 
+def test_a_settings_whole_number_is_read_as_its_number_box_reads_it():
+    """The sidebar's number boxes read ``1,000``, ``1 000`` and ``1_000`` as 1000 (``ui.number_box.box_number``): a
+    link's whole number is read by the same rule (``urlstate.whole_digits``)."""
+    from attnviz.ui.number_box import box_number
+
+    parse = urlstate._parsers()["d_in"]
+    for raw in ("1,000", "1 000", " 1_000 ", "+1000"):
+        assert parse(raw) == box_number(raw) == 1000
+    for raw in ("1.000", "1e3", "10 00.5", "1,0x"):
+        assert box_number(raw) is None
+        with pytest.raises(ValueError, match="not a whole number"):
+            parse(raw)
+
+
 PAGE_NUMBERS = [  # every page's whole-number parameter: its parser as its page builds it, and its range's words
     ("new_tokens", lambda raw: urlstate.parse_number(raw, 1, 1024, what="new tokens"), "new tokens: 1 … 1,024"),
     ("head", lambda raw: urlstate.parse_head(raw, 12), "this layer's 12 heads: 0 … 11"),

@@ -6,15 +6,16 @@ server nothing: the page goes on drawing the box's last number, which the box no
 empty box or a text sends the box's ``min_value`` instead).  A text box sends its text, so the page reads what the
 box shows: a whole number in range is used; anything else is kept in the box as typed, and the page says what it does
 instead — a view draws its default (:func:`number_box`), a button that starts work (Train's Start, Benchmark's Run)
-is disabled (:func:`box_problem`).  A page parameter in the URL is read by the same rule (:func:`link_text`), so a
-link reopens a box as it showed it.
+is disabled (:func:`box_problem`), and a setting of the sidebar keeps its value (:func:`setting_box`).  A page
+parameter in the URL is read by the same rule (:func:`link_text`), so a link reopens a box as it showed it; a setting's
+by ``urlstate``'s, which reads a whole number as a box does (``urlstate.whole_digits``).
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.ui.state import page_bind
+from attnviz.ui.state import BOX_REFUSED, page_bind, setting_changed
 from attnviz.urlstate import parse_number, whole_digits
 from attnviz.words import clipped, markdown_escape
 
@@ -88,3 +89,46 @@ def number_box(where, label: str, key: str, default: int, bounds: tuple[int, int
         return box_number(text)
     where.warning(markdown_escape(f"{problem}: {instead}."), icon=":material/block:")
     return default
+
+
+def setting_box_key(key: str) -> str:
+    """The widget key of the sidebar's number box of the setting ``key`` (the setting itself is a number the session
+    holds under ``key``)."""
+    return f"{key}_box"
+
+
+def setting_box(where, label: str, key: str, bounds: tuple[int, int], *, disabled: bool = False,
+                help: str | None = None) -> None:
+    """The sidebar's number box of the setting ``key`` in ``where``: a text box that shows the setting's value, and
+    sets it to a whole number in ``bounds`` typed there (through the sidebar's callback, ``state.setting_changed``: the
+    sizes stay consistent).  Anything else stays in the box as typed while the setting keeps its value, and a warning
+    under the box names it, the range and the value the pages use — until the setting changes (typed, or set by a
+    preset, a checkpoint …), when the box shows the new value."""
+    state, box = st.session_state, setting_box_key(key)
+    refused = state.setdefault(BOX_REFUSED, {})
+    kept = refused.get(key)
+    if kept is None or kept[1] != state[key] or disabled:
+        refused.pop(key, None)
+        kept = None
+    shown = str(state[key]) if kept is None else kept[0]  # the text typed, also after a run that did not draw the box
+    if state.get(box) != shown:
+        state[box] = shown
+    where.text_input(label, key=box, max_chars=BOX_CHARS, placeholder=f"a whole number, {span(bounds)}",
+                     disabled=disabled, help=help, on_change=_setting_typed, args=(key, label, bounds))
+    if key in refused:
+        where.warning(markdown_escape(f"{box_problem(label, refused[key][0], bounds)}: using {state[key]}."),
+                      icon=":material/block:")
+
+
+def _setting_typed(key: str, label: str, bounds: tuple[int, int]) -> None:
+    """on_change of a setting's number box: a whole number in ``bounds`` becomes the setting; anything else is kept
+    as the box's text, the setting keeping its value."""
+    state = st.session_state
+    text, refused = state[setting_box_key(key)], state.setdefault(BOX_REFUSED, {})
+    number = box_number(text)
+    if box_problem(label, text, bounds) is None:
+        refused.pop(key, None)
+        state[key] = number
+        setting_changed(key)
+    else:
+        refused[key] = (text, state[key])

@@ -29,6 +29,7 @@ from attnviz.config import (
 from attnviz.rope import ROPE_BASES
 from attnviz.ui import navigation, share
 from attnviz.ui import weights as ui_weights
+from attnviz.ui.number_box import setting_box
 from attnviz.ui.state import (
     TEXT_LOST,
     URL_NOTICES,
@@ -377,12 +378,9 @@ def _sizes(spec) -> None:
                  **bind("preset"))
     col_in, col_out = st.columns(2)
     reason = spec.not_applicable("d_in")
-    col_in.number_input("d_in", min_value=1, max_value=MAX_DIM, step=1, disabled=reason is not None,
-                        help=reason, **bind("d_in"))
-    col_out.number_input(
-        "d_out", min_value=1, max_value=MAX_DIM, step=1, disabled=spec.not_applicable("d_out") is not None,
-        help=spec.not_applicable("d_out") or spec.d_out_help(st.session_state["num_heads"]), **bind("d_out"),
-    )
+    setting_box(col_in, "d_in", "d_in", (1, MAX_DIM), disabled=reason is not None, help=reason or f"1 … {MAX_DIM:,}.")
+    setting_box(col_out, "d_out", "d_out", (1, MAX_DIM), disabled=spec.not_applicable("d_out") is not None,
+                help=spec.not_applicable("d_out") or spec.d_out_help(st.session_state["num_heads"]))
     head_options = [h for h in divisors(int(st.session_state["d_out"])) if h <= MAX_HEADS]
     if st.session_state["num_heads"] not in head_options:
         set_setting("num_heads", fitted_heads(int(st.session_state["d_out"]), int(st.session_state["num_heads"])))
@@ -415,14 +413,13 @@ def _modern(spec, also: tuple[str, ...] = ()) -> None:
                      help=f"How many key/value heads the {num_heads} query heads share (divisors of the heads): "
                      f"{num_heads} = multi-head attention, 1 = multi-query.", **bind("num_kv_groups"))
     if "latent_dim" in shown:
-        st.number_input("Latent width (latent_dim)", min_value=1, max_value=int(st.session_state["d_out"]), step=1,
-                        help="Keys and values are up-projected from one latent vector per token this wide "
-                        "(the book's default: max(16, d_out // 8) = "
-                        f"{configs.default_latent_dim(int(st.session_state['d_out']))}).",
-                        **bind("latent_dim"))
+        d_out = int(st.session_state["d_out"])
+        setting_box(st, "Latent width (latent_dim)", "latent_dim", (1, d_out),
+                    help=f"1 … d_out ({d_out:,}). Keys and values are up-projected from one latent vector per token "
+                         f"this wide (the book's default: max(16, d_out // 8) = {configs.default_latent_dim(d_out)}).")
     if "sliding_window_size" in shown:
-        st.number_input("Window W (sliding_window_size)", min_value=1, max_value=MAX_CONTEXT_LENGTH, step=1,
-                        help="Query i sees keys i−W+1 … i (W = 1: only itself).", **bind("sliding_window_size"))
+        setting_box(st, "Window W (sliding_window_size)", "sliding_window_size", (1, MAX_CONTEXT_LENGTH),
+                    help=f"1 … {MAX_CONTEXT_LENGTH:,}. Query i sees keys i−W+1 … i (W = 1: only itself).")
     if page_runs:
         st.caption(f"ℹ️ {page_runs_caption(page_runs)}")
     if "positions" in applies:
@@ -464,8 +461,7 @@ def _mask_dropout_seed_device(spec, choice) -> None:
     reason = spec.not_applicable("train")
     st.toggle("Dropout active (training mode)", disabled=reason is not None, help=reason, **bind("train"))
     reason = spec.not_applicable("seed")
-    st.number_input("Seed", min_value=0, max_value=MAX_SEED, step=1, disabled=reason is not None,
-                    help=reason, **bind("seed"))
+    setting_box(st, "Seed", "seed", (0, MAX_SEED), disabled=reason is not None, help=reason or f"0 … {MAX_SEED:,}.")
     devices = available_devices()
     if st.session_state["device"] not in devices:
         set_setting("device", "auto")

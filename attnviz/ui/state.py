@@ -63,6 +63,9 @@ _OUTSIDE = "_url_outside"  # the shown page's parameters whose URL value its run
 _WEIGHTS_SHOWN = "_weights_shown"  # the weights the settings were last settled for (follow_weights)
 _BOOK_SIZES = "_book_sizes"  # the book's classes' BOOK_SIZES as the user left them, while a checkpoint is shown
 _LAYERS = "_weights_layers"  # a checkpoint left in this session -> the layer it showed (follow_weights)
+# a setting -> (the text its number box holds that is no whole number in its range, the setting's value it was typed
+# over): the box shows that text while the setting keeps that value (ui.number_box.setting_box)
+BOX_REFUSED = "_setting_box_refused"
 
 PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept while their page is not shown
     "heads_stage", "heads_focus", "heads_row0", "heads_col0", "heads_overview", "heads_knockout_position",
@@ -135,8 +138,10 @@ def keep_widgets() -> None:
 
 
 def set_setting(key: str, value) -> None:
-    """A setting's new value, before its widget is drawn (or in a callback)."""
+    """A setting's new value, before its widget is drawn (or in a callback): its number box shows it, where the box
+    held a text it refused (``ui.number_box.setting_box``)."""
     st.session_state[key] = value
+    st.session_state.get(BOX_REFUSED, {}).pop(key, None)
 
 
 def _changed(key: str) -> None:
@@ -171,6 +176,12 @@ def _changed(key: str) -> None:
     if key == "d_out" and (new := fitted_heads(state["d_out"], state["num_heads"])) != state["num_heads"]:
         state["_dims_notice"] = f"{state['num_heads']} heads do not divide d_out {state['d_out']}; using {new} heads."
         set_setting("num_heads", new)
+
+
+def setting_changed(key: str) -> None:
+    """A setting's new value set by a callback other than its widget's own (a number box's text read as a number): as
+    the widget's ``on_change`` does, the sizes stay consistent and the link's notices go."""
+    _changed(key)
 
 
 def bind(key: str) -> dict:

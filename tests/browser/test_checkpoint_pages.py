@@ -103,7 +103,7 @@ def test_layer_switch_and_overview_and_screenshot(page, server):
     visit(page, f"{server.url}/?weights={NAME}&text={TEXT.replace(' ', '%20')}")
     expect(main_captions(page).filter(has_text=f"{NAME} · layer 0 of 4").first).to_be_visible()
     for key in ("d_in", "d_out"):
-        expect(sidebar(page).get_by_role("spinbutton", name=key)).to_be_disabled()
+        expect(sidebar(page).get_by_role("textbox", name=key, exact=True)).to_be_disabled()
     expect(sidebar(page).get_by_role("combobox", name="Attention variant")).to_be_disabled()
     pick(page, "Layer", "3")
     expect(main_captions(page).filter(has_text=f"{NAME} · layer 3 of 4").first).to_be_visible()

@@ -474,8 +474,8 @@ def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page)
     assert len(swa) == 1 and swa[0].endswith(f" · window W = {DEFAULTS['sliding_window_size']}"), swa
     # the sidebar shows the sizes the GQA, MLA and SWA cards run, which MHA does not take, and says so
     assert at.sidebar.selectbox(key="num_kv_groups").value == DEFAULTS["num_kv_groups"]
-    assert at.sidebar.number_input(key="latent_dim").value == DEFAULTS["latent_dim"]
-    assert at.sidebar.number_input(key="sliding_window_size").value == DEFAULTS["sliding_window_size"]
+    assert int(at.sidebar.text_input(key="latent_dim_box").value) == DEFAULTS["latent_dim"]
+    assert int(at.sidebar.text_input(key="sliding_window_size_box").value) == DEFAULTS["sliding_window_size"]
     assert any("This page runs its grouped-query variant with K/V groups, its latent variant with Latent width and "
                "its sliding-window variant with Window W; the picked class does not take any of them." in c.value
                for c in at.sidebar.caption)
@@ -503,7 +503,7 @@ def test_a_new_text_of_as_many_tokens_draws_the_random_scaling_curves_without_co
     assert not at.exception, [e.value for e in at.exception]
     assert len(calls) == 1 and calls[0]["num_tokens"] == 6
     assert "Why ÷√dₖ?" in [h.value for h in at.subheader]
-    at.sidebar.number_input(key="seed").set_value(4243).run()
+    at.sidebar.text_input(key="seed_box").input(str(4243)).run()
     assert len(calls) == 2
 
 

@@ -20,6 +20,7 @@ from streamlit.proto.Dataframe_pb2 import Dataframe as DataframeProto
 from streamlit.proto.PlotlyChart_pb2 import PlotlyChart as PlotlyChartProto
 from streamlit.testing.v1 import AppTest
 
+from attnviz.config import MAX_SEED
 from attnviz.views.explain_figures import PANEL_PX
 from attnviz.views.figures import CHIPS_BOX_PX, FOCUSED_MAP_PX
 
@@ -111,7 +112,7 @@ def test_variant_changes_the_view():
     no_exception(at)
     z = cells_shown(focused(at))
     assert np.isnan(z[np.triu_indices(6, k=1)]).all()  # the causal toggle applies to every variant
-    assert at.sidebar.number_input(key="d_out").disabled  # no weights: d_out does not apply
+    assert at.sidebar.text_input(key="d_out_box").disabled  # no weights: d_out does not apply
 
 
 def test_causal_toggle_unmasks_the_upper_triangle():
@@ -169,6 +170,26 @@ def test_settings_survive_page_switches():
     assert at.sidebar.selectbox(key="num_heads").value == 6
     at.switch_page("pages/heads.py").run()
     assert len(grid_heads(grid(at))) == 6
+    # a number box's text that is no whole number in its range stays as typed, page after page, and the warning under
+    # the box names it, the range and the value the pages use, which they draw (a number box kept it in view, red)
+    at.sidebar.text_input(key="d_out_box").input("5000")
+    at.sidebar.text_input(key="seed_box").input("-1").run()
+    for page in ("pages/steps.py", "pages/heads.py"):
+        no_exception(at)
+        assert (at.sidebar.text_input(key="d_out_box").value, at.sidebar.text_input(key="seed_box").value) == (
+            "5000", "-1")
+        assert [w.value.replace("\\", "") for w in at.sidebar.warning] == [
+            "d_out 5,000 is outside 1 … 4,096: using 768.", f"Seed -1 is outside 0 … {MAX_SEED:,}: using 123."]
+        assert (at.session_state["d_out"], at.session_state["seed"]) == (768, 123)
+        assert "d_out" not in at.query_params and "seed" not in at.query_params
+        at.switch_page(page).run()
+    assert len(grid_heads(grid(at))) == 6
+    at.sidebar.text_input(key="d_out_box").input("1,536").run()  # a whole number in range: used, and written so
+    assert at.sidebar.text_input(key="d_out_box").value == "1536" and at.session_state["d_out"] == 1536
+    assert [w.value.replace("\\", "") for w in at.sidebar.warning] == [
+        f"Seed -1 is outside 0 … {MAX_SEED:,}: using 123."]
+    at.sidebar.selectbox(key="preset").set_value("gpt2-small").run()  # a preset sets the sizes: the boxes show them
+    assert at.sidebar.text_input(key="d_out_box").value == "768"
 
 
 def test_a_setting_survives_pages_that_do_not_draw_it():
@@ -318,7 +339,7 @@ def test_a_long_texts_chips_scroll_in_a_box_so_the_embeddings_stay_in_reach():
 def test_book_preset_shows_the_books_numbers():
     at = app(preset="book", variant="causal", seed="123")
     no_exception(at)
-    assert at.sidebar.number_input(key="d_in").value == 3
+    assert int(at.sidebar.text_input(key="d_in_box").value) == 3
     at.switch_page("pages/steps.py").run()
     at.segmented_control(key="steps_stage").set_value("context").run()
     no_exception(at)
@@ -333,8 +354,8 @@ def test_the_book_size_runs_the_wrappers_listing_and_says_what_d_out_means():
     picked at that size its own listing's d_out 2."""
     at = app(preset="book", variant="mha_wrapper")
     no_exception(at)
-    d_out = at.sidebar.number_input(key="d_out")
-    assert (at.sidebar.selectbox(key="preset").value, d_out.value) == ("book", 4)
+    d_out = at.sidebar.text_input(key="d_out_box")
+    assert (at.sidebar.selectbox(key="preset").value, d_out.value) == ("book", "4")
     assert "takes d_out per head" in d_out.proto.help
     at.switch_page("pages/steps.py").run()
     at.segmented_control(key="steps_stage").set_value("context").run()
@@ -343,10 +364,10 @@ def test_the_book_size_runs_the_wrappers_listing_and_says_what_d_out_means():
     assert output[:2] == ["-0.4519, 0.2216, 0.4772, 0.1063", "-0.5874, 0.0058, 0.5891, 0.3257"]
     at.sidebar.selectbox(key="variant").set_value("mha").run()
     no_exception(at)
-    assert (at.sidebar.selectbox(key="preset").value, at.sidebar.number_input(key="d_out").value) == ("book", 2)
+    assert (at.sidebar.selectbox(key="preset").value, int(at.sidebar.text_input(key="d_out_box").value)) == ("book", 2)
     assert at.dataframe[1].value["output vector"].tolist()[0] == "0.3190, 0.4858"  # 3.6.2's printed output
     at.sidebar.selectbox(key="variant").set_value("mha_wrapper").run()
-    assert at.sidebar.number_input(key="d_out").value == 4
+    assert int(at.sidebar.text_input(key="d_out_box").value) == 4
 
 
 def test_exercise_3_2_is_the_wrappers_d_out_set_to_2_at_the_book_size():
@@ -355,12 +376,12 @@ def test_exercise_3_2_is_the_wrappers_d_out_set_to_2_at_the_book_size():
     stays the book's (its inputs, seed and mask), the output is the exercise's printed answer, each of its heads 1
     wide, the Shapes page names the exercise, and the link reopens it."""
     at = app(preset="book", variant="mha_wrapper")
-    assert "Exercise 3.2" in at.sidebar.number_input(key="d_out").proto.help
-    at.sidebar.number_input(key="d_out").set_value(2).run()
+    assert "Exercise 3.2" in at.sidebar.text_input(key="d_out_box").proto.help
+    at.sidebar.text_input(key="d_out_box").input(str(2)).run()
     no_exception(at)
     assert at.sidebar.selectbox(key="preset").value == "book"
-    assert (at.sidebar.number_input(key="d_in").value, at.sidebar.selectbox(key="num_heads").value) == (3, 2)
-    assert (at.sidebar.number_input(key="seed").value, at.sidebar.toggle(key="causal").value) == (123, True)
+    assert (int(at.sidebar.text_input(key="d_in_box").value), at.sidebar.selectbox(key="num_heads").value) == (3, 2)
+    assert (int(at.sidebar.text_input(key="seed_box").value), at.sidebar.toggle(key="causal").value) == (123, True)
     book_rows = [f"{a:.4f}, {b:.4f}" for a, b in BOOK_EXERCISE_3_2]  # the book's (2, 6, 2): two copies of these
     at.switch_page("pages/steps.py").run()
     at.segmented_control(key="steps_stage").set_value("context").run()
@@ -389,7 +410,7 @@ def test_choosing_the_book_preset_sets_the_books_mask_for_the_variant():
     assert np.isfinite(z).all()
     at.sidebar.selectbox(key="variant").set_value("causal").run()
     assert at.sidebar.toggle(key="causal").value is True
-    assert (at.sidebar.number_input(key="d_in").value, at.sidebar.selectbox(key="preset").value) == (3, "book")
+    assert (int(at.sidebar.text_input(key="d_in_box").value), at.sidebar.selectbox(key="preset").value) == (3, "book")
 
 
 def test_before_and_after_panels_share_one_colour_scale():

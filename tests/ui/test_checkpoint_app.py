@@ -77,12 +77,13 @@ def test_choosing_a_checkpoint_draws_its_layer_with_its_sizes(checkpoints):
     assert f"{NAME} · layer 0 of 3" in at.caption[0].value
     assert "4 heads × 16" in at.caption[0].value
     for key in ("d_in", "d_out"):
-        assert at.sidebar.number_input(key=key).disabled and at.sidebar.number_input(key=key).value == 64
+        box = at.sidebar.text_input(key=f"{key}_box")
+        assert box.disabled and box.value == "64"
     for key in ("variant", "preset", "num_heads"):
         assert at.sidebar.selectbox(key=key).disabled
     assert at.sidebar.slider(key="dropout").disabled and at.sidebar.toggle(key="train").disabled
-    assert at.sidebar.number_input(key="seed").disabled
-    assert "sizes are read from the file" in at.sidebar.number_input(key="d_in").help
+    assert at.sidebar.text_input(key="seed_box").disabled
+    assert "sizes are read from the file" in at.sidebar.text_input(key="d_in_box").help
     causal = at.sidebar.toggle(key="causal")
     assert causal.value is True and not causal.disabled and "trained with it" in causal.help
     assert [str(o) for o in at.sidebar.selectbox(key="layer").options] == ["0", "1", "2"]
@@ -226,7 +227,7 @@ def test_weights_switched_away_and_back_restore_the_books_sizes_and_each_checkpo
     assert mine == {"preset": "custom", "d_in": 96, "d_out": 96, "num_heads": 6, "num_kv_groups": 3,
                     "latent_dim": 40, "positions": "learned"}
     pick_weights(at, NAME)  # 64 wide, 4 heads: K/V groups and latent width fitted to it while it is shown
-    assert at.sidebar.number_input(key="d_in").value == 64 and at.sidebar.selectbox(key="num_heads").value == 4
+    assert int(at.sidebar.text_input(key="d_in_box").value) == 64 and at.sidebar.selectbox(key="num_heads").value == 4
     at.sidebar.selectbox(key="layer").set_value(2).run()
     pick_weights(at, weights.BUNDLED_NAME)  # 128 wide, 2 heads, 2 layers
     assert at.sidebar.selectbox(key="layer").value == 0  # not shown before in this session
@@ -240,7 +241,7 @@ def test_weights_switched_away_and_back_restore_the_books_sizes_and_each_checkpo
     assert "weights" not in url and "layer" not in url and url["head"] == "1"
     runs = {key: value for key, value in mine.items() if key != "latent_dim"}  # GQA has no latent: the URL leaves it
     assert {key: link_settings(url)[key] for key in runs} == runs  # out; it gives the sizes the user had that run
-    assert at.sidebar.number_input(key="d_in").value == 96 and at.sidebar.selectbox(key="num_heads").value == 6
+    assert int(at.sidebar.text_input(key="d_in_box").value) == 96 and at.sidebar.selectbox(key="num_heads").value == 6
     assert at.sidebar.selectbox(key="num_kv_groups").value == 3
     pick_weights(at, weights.BUNDLED_NAME)
     assert at.sidebar.selectbox(key="layer").value == 1

@@ -31,7 +31,7 @@ def test_a_stale_view_runs_the_variants_at_the_sizes_of_the_run_it_shows():
     at = compare_page(variant="mha", d_in="18", d_out="18", num_heads="9", num_kv_groups="9")
     assert heads_said(at) == "9 heads of 2 for the multi-head ones"
     at.sidebar.text_area(key="text").set_value("   ")
-    at.sidebar.number_input(key="d_out").set_value(16)  # 8 heads, the nearest that divide it, and 4 K/V groups
+    at.sidebar.text_input(key="d_out_box").input(str(16))  # 8 heads, the nearest that divide it, and 4 K/V groups
     at.run()
     no_exception(at)
     assert "Showing the last valid view." in [c.value for c in at.caption]
@@ -63,7 +63,7 @@ def test_a_stale_view_of_a_single_head_class_keeps_its_runs_d_out_with_the_sideb
     the sidebar, which the run does not hold (a single-head class's)."""
     at = compare_page(variant="causal", d_in="16", d_out="16", num_heads="4")
     at.sidebar.text_area(key="text").set_value("   ")
-    at.sidebar.number_input(key="d_out").set_value(8)
+    at.sidebar.text_input(key="d_out_box").input(str(8))
     at.run()
     no_exception(at)
     assert heads_said(at) == "4 heads of 4 for the multi-head ones"

@@ -638,7 +638,7 @@ def test_the_sidebars_own_window_is_kept_as_it_is(query, label):
     """A window the user chose (the link's, then the sidebar's widget) draws the sidebar's SWA line, however long."""
     at = page(weights=weights.BOOK, random="none", **query)
     assert cost_lines(at, "KV cache of the sidebar's sizes")["SWA"]["label"] == label
-    at.number_input(key="sliding_window_size").set_value(600).run()
+    at.text_input(key="sliding_window_size_box").input(str(600)).run()
     no_exception(at)
     assert cost_lines(at, "KV cache of the sidebar's sizes")["SWA"]["label"] == \
         "SWA (12 K/V heads × 64, window 600 on its one layer)"

@@ -94,7 +94,7 @@ def test_sizes_in_a_link_with_a_checkpoint_are_named_as_the_checkpoints_not_repl
     notices = link_notices(at)
     assert "7 heads" not in notices and "K/V groups" not in notices, notices
     assert "d_out='7'" in notices and "num_heads='5'" in notices and "d_out 128, 2 heads" in notices, notices
-    assert at.sidebar.selectbox(key="num_heads").value == 2 and at.sidebar.number_input(key="d_out").value == 128
+    assert at.sidebar.selectbox(key="num_heads").value == 2 and int(at.sidebar.text_input(key="d_out_box").value) == 128
 
 
 def test_a_link_with_a_checkpoint_and_its_own_sizes_says_nothing():

@@ -146,18 +146,25 @@ def test_compare_page_shows_green_equivalence_badges(run):
 
 def test_sidebar_shows_only_the_settings_that_apply():
     at = app(variant="mha")
-    keys = {widget.key for widget in at.sidebar.selectbox} | {widget.key for widget in at.sidebar.number_input}
-    assert "num_kv_groups" not in keys and "latent_dim" not in keys and "sliding_window_size" not in keys
+    keys = {widget.key for widget in at.sidebar.selectbox} | {widget.key for widget in at.sidebar.text_input}
+    assert "num_kv_groups" not in keys and "latent_dim_box" not in keys and "sliding_window_size_box" not in keys
     assert at.sidebar.radio(key="positions").value == "learned"
     at.sidebar.selectbox(key="variant").set_value("gqa").run()
     no_exception(at)
     assert at.sidebar.selectbox(key="num_kv_groups").options == ["1", "2", "3", "4", "6", "12"]
     at.sidebar.selectbox(key="variant").set_value("mla").run()
     no_exception(at)
-    assert at.sidebar.number_input(key="latent_dim").value == 96
+    assert int(at.sidebar.text_input(key="latent_dim_box").value) == 96
+    at.sidebar.text_input(key="latent_dim_box").input("2000").run()  # wider than d_out: kept, with the range it has
+    assert at.sidebar.text_input(key="latent_dim_box").value == "2000" and at.session_state["latent_dim"] == 96
+    assert [w.value.replace("\\", "") for w in at.sidebar.warning] == [
+        "Latent width (latent_dim) 2,000 is outside 1 … 768: using 96."]
     assert not [w for w in at.sidebar.radio if w.key == "positions"]  # the book's MLA has no rotary positions
     at.sidebar.selectbox(key="variant").set_value("swa").run()
     assert at.sidebar.toggle(key="causal").disabled
+    at.sidebar.text_input(key="sliding_window_size_box").input("").run()
+    assert [w.value.replace("\\", "") for w in at.sidebar.warning] == [
+        "Window W (sliding_window_size) is empty (1 … 1,024): using 4."]
     at.sidebar.radio(key="positions").set_value("rotary").run()
     no_exception(at)
     assert at.sidebar.selectbox(key="rope_base").value == 10_000

@@ -106,7 +106,7 @@ def test_a_reload_of_a_text_left_out_of_the_url_says_the_text_was_too_long_to_ke
     assert "Your last text was too long to keep in the link" in said(reloaded), said(reloaded)
     assert "unknown" not in link_notices(reloaded).lower()
     assert url(reloaded) == url(at)  # not rewritten
-    reloaded.sidebar.number_input(key="seed").set_value(7).run()  # a run after another change: the mark stays out
+    reloaded.sidebar.text_input(key="seed_box").input(str(7)).run()  # a run after another change: the mark stays out
     assert urlstate.TEXT_LEFT_OUT not in url(reloaded)
     assert "too long" not in said(reloaded)
 

@@ -28,9 +28,9 @@ def test_the_settings_at_their_defaults_stay_out_of_the_url_so_a_link_without_th
     history); a changed setting is written, and leaves the URL when it is back at its default."""
     at = app(head="2")
     assert url(at) == [("head", "2")]
-    at.sidebar.number_input(key="seed").set_value(7).run()
+    at.sidebar.text_input(key="seed_box").input(str(7)).run()
     assert url(at) == [("seed", "7"), ("head", "2")]
-    at.sidebar.number_input(key="seed").set_value(123).run()
+    at.sidebar.text_input(key="seed_box").input(str(123)).run()
     assert url(at) == [("head", "2")]
     follow_link(at, "pages/tokens.py")  # the page's link names no settings either
     assert url(at) == []
@@ -94,7 +94,7 @@ def test_a_long_paste_is_shared_as_the_part_shown_and_the_text_box_keeps_it_whol
     notes = [note.value for note in at.sidebar.info]
     assert any("holds only the part of your text the pages show" in note for note in notes), notes
     assert not any("not in this link" in warning.value for warning in at.sidebar.warning)
-    at.sidebar.number_input(key="seed").set_value(7).run()  # another run: the whole paste stays in the box
+    at.sidebar.text_input(key="seed_box").input(str(7)).run()  # another run: the whole paste stays in the box
     no_exception(at)
     assert at.text_area(key="text").value == text and dict(url(at))["text"] == shown
     follow_link(at, "pages/tokens.py")
@@ -156,26 +156,26 @@ def test_a_book_size_link_with_the_seed_123_keeps_it_and_one_without_a_seed_open
     with 789, the book's; one that names ``seed=123`` still runs 123, and its URL and Share link keep it."""
     own = app(preset="book", variant="self_attention_v2", seed="123")
     no_exception(own)
-    assert own.sidebar.number_input(key="seed").value == 123 and config_of(own).seed == 123
+    assert int(own.sidebar.text_input(key="seed_box").value) == 123 and config_of(own).seed == 123
     assert dict(url(own))["seed"] == "123" and share_link_params(own)["seed"] == "123"
     old = app(preset="book", variant="self_attention_v2")
-    assert old.sidebar.number_input(key="seed").value == 789 and "seed" not in dict(url(old))
+    assert int(old.sidebar.text_input(key="seed_box").value) == 789 and "seed" not in dict(url(old))
     assert share_link_params(old)["seed"] == "789"
 
 
 FOUR_HEADS_THEN_V1 = [("selectbox", "num_heads", 4), ("selectbox", "variant", "self_attention_v1")]
 SESSIONS = {  # a session's changes, in order: (widget kind, key, value)
     "v1 after four heads": FOUR_HEADS_THEN_V1,
-    "simplified after d_out 64": [("number_input", "d_out", 64), ("selectbox", "num_heads", 4),
+    "simplified after d_out 64": [("text_input", "d_out_box", "64"), ("selectbox", "num_heads", 4),
                                   ("selectbox", "variant", "simplified")],
-    "v1 at d_out 64": [("number_input", "d_out", 64), ("selectbox", "num_heads", 4),
+    "v1 at d_out 64": [("text_input", "d_out_box", "64"), ("selectbox", "num_heads", 4),
                        ("selectbox", "variant", "self_attention_v1")],
     "book size, v2": [("selectbox", "preset", "book"), ("selectbox", "variant", "self_attention_v2")],
     "book size, v2 at 123": [("selectbox", "preset", "book"), ("selectbox", "variant", "self_attention_v2"),
-                             ("number_input", "seed", 123)],
+                             ("text_input", "seed_box", "123")],
     "rotary gqa, mla, then mha learned": [("selectbox", "variant", "gqa"), ("selectbox", "num_kv_groups", 2),
                                           ("radio", "positions", "rotary"), ("selectbox", "rope_base", 500_000),
-                                          ("selectbox", "variant", "mla"), ("number_input", "latent_dim", 40),
+                                          ("selectbox", "variant", "mla"), ("text_input", "latent_dim_box", "40"),
                                           ("selectbox", "variant", "mha"), ("radio", "positions", "learned")],
 }
 # what Compare's cards say of the sizes a session set on another class (GQA's K/V groups, MLA's latent): they run them
@@ -196,7 +196,8 @@ def test_the_url_and_the_share_link_the_app_writes_open_the_same_view_in_a_fresh
     Compare, whose cards run the K/V groups and latent set on GQA and MLA though MHA is picked now."""
     at = app()
     for kind, key, value in SESSIONS[session]:
-        getattr(at.sidebar, kind)(key=key).set_value(value).run()
+        widget = getattr(at.sidebar, kind)(key=key)
+        (widget.input(value) if kind == "text_input" else widget.set_value(value)).run()
         no_exception(at)
     for page in ("pages/heads.py", "pages/compare.py"):
         if page != "pages/heads.py":
@@ -227,13 +228,13 @@ def test_a_link_giving_a_size_the_book_preset_has_not_keeps_its_other_sizes_as_t
         no_exception(at)
         assert not at.sidebar.warning and not at.main.warning, [w.value for w in (*at.sidebar.warning,
                                                                                   *at.main.warning)]
-        return {key: (at.sidebar.selectbox(key=key) if key in ("preset", "num_heads")
-                      else at.sidebar.number_input(key=key)).value for key in sizes}
+        return {key: at.sidebar.selectbox(key=key).value if key in ("preset", "num_heads")
+                else int(at.sidebar.text_input(key=f"{key}_box").value) for key in sizes}
 
     linked = shown(app(variant="mha", preset="book", d_out="4"))
     assert linked == {"preset": "custom", "d_in": 3, "d_out": 4, "num_heads": 2}
     edited = app(variant="mha", preset="book")
-    edited.sidebar.number_input(key="d_out").set_value(4).run()
+    edited.sidebar.text_input(key="d_out_box").input(str(4)).run()
     assert shown(edited) == linked
     wrapper = shown(app(variant="mha_wrapper", preset="book", d_out="4"))  # the wrapper's listing: d_out 2 per head
     assert wrapper == {"preset": "book", "d_in": 3, "d_out": 4, "num_heads": 2}
