@@ -65,10 +65,8 @@ def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
     assert [w.value.replace("\\", "") for w in at.warning] == [knockout_notice]  # said until a model is picked
     # a text that is no T in range stays in the box as typed, and the warning under it names it, the range and the T
     # the lab draws instead (a number box kept such a number in view, red, while the page drew its last T)
-    for typed, said in (("500", "500 is outside 2 … 200"),
-                        ("9" * 20, "99,999,999,999,999,999,999 is outside 2 … 200"),
-                        ("7.5", "'7.5' is not a whole number (2 … 200)"), ("", "is empty (2 … 200)"),
-                        ("seven", "'seven' is not a whole number (2 … 200)")):
+    for typed, said in (("9" * 20, "99,999,999,999,999,999,999 is outside 2 … 200"),  # past 2**53, too
+                        ("7.5", "'7.5' is not a whole number (2 … 200)"), ("", "is empty (2 … 200)")):
         at.text_input(key="induction_T").input(typed).run()
         no_exception(at)
         assert at.text_input(key="induction_T").value == typed
