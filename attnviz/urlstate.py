@@ -144,16 +144,17 @@ class OutOfRangeError(ValueError):
     """A URL parameter's whole number outside the values it may take (its words say which)."""
 
 
-# a whole number as a box or a link writes one: a sign in front, thousands set apart by commas, underscores or spaces
-_WHOLE = re.compile(r"[+-]?[0-9]+")
+# a whole number as a box or a link writes one: a sign in front, then digits, or thousands set apart in groups of
+# three by one kind of separator — a comma, an underscore or a space (``1,500``; not ``1,5``, a decimal comma)
+_WHOLE = re.compile(r"([+-]?)([0-9]+|[0-9]{1,3}(?:,[0-9]{3})+|[0-9]{1,3}(?:_[0-9]{3})+|[0-9]{1,3}(?: [0-9]{3})+)")
 
 
 def whole_digits(text: str) -> str | None:
-    """The digits (and sign) of the whole number ``text`` writes — digits, a sign in front, thousands set apart by
-    commas, underscores or spaces (``1,500``), spaces around —, or None: what a number box and a link's number
-    both take."""
-    digits = re.sub(r"[,_ ]", "", text.strip())
-    return digits if _WHOLE.fullmatch(digits) else None
+    """The digits (and sign) of the whole number ``text`` writes — digits, a sign in front, thousands set apart in
+    groups of three by commas, underscores or spaces (``1,500``), spaces around —, or None (``1,5``, ``1 2``,
+    ``1,000_000``): what a number box and a link's number both take."""
+    found = _WHOLE.fullmatch(text.strip())
+    return None if found is None else found[1] + re.sub(r"[,_ ]", "", found[2])
 
 
 def _whole_number(raw: str) -> int:

@@ -410,7 +410,7 @@ def test_a_settings_whole_number_is_read_as_its_number_box_reads_it():
     parse = urlstate._parsers()["d_in"]
     for raw in ("1,000", "1 000", " 1_000 ", "+1000"):
         assert parse(raw) == box_number(raw) == 1000
-    for raw in ("1.000", "1e3", "10 00.5", "1,0x"):
+    for raw in ("1.000", "1e3", "10 00.5", "1,0x", "1,5", "1 2", "10,00", "1,000_000", "1000,000", ",100", "+ 100"):
         assert box_number(raw) is None
         with pytest.raises(ValueError, match="not a whole number"):
             parse(raw)
