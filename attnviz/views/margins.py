@@ -75,6 +75,11 @@ TURNED_LABELS_PX = 20  # right of a horizontal axis whose tick labels are turned
 LABELS_HELD = {"ticklabeloverflow": "allow"}
 
 
+# Plotly's autorange pads a range of bars or markers by a twentieth of the axis' length at each end, which is a little
+# more than a twentieth of the data's span: a sixteenth holds it
+AUTORANGE_PAD = 1 / 16
+
+
 def text_px(labels: Iterable[str]) -> int:
     """The widest of ``labels`` in pixels, at :data:`CHAR_PX` a character (Plotly's HTML escapes unescaped)."""
     return CHAR_PX * max((len(html.unescape(str(label))) for label in labels), default=0)
@@ -89,7 +94,9 @@ def beside(labels: Iterable[str] | None = None, *, title: bool = True) -> int:
 def number_labels(low: float, high: float) -> list[str]:
     """The widest tick labels Plotly writes on a linear axis from ``low`` to ``high``: the numbers at a tenth of the
     span, rounded down to 1, 2 or 5 × 10ⁿ (Plotly's own step is as fine or coarser, so its labels are as short or
-    shorter).  An empty list where the span is not a finite number (the caller falls back to :data:`NUMBER_PX`)."""
+    shorter), and the last such number within :data:`AUTORANGE_PAD` of the span past each end but 0, where Plotly's
+    autorange may put a tick with one more digit (bars up to 950: "1000").  An empty list where the span is not a
+    finite number (the caller falls back to :data:`NUMBER_PX`)."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return []
     span = high - low
@@ -99,7 +106,10 @@ def number_labels(low: float, high: float) -> list[str]:
     power = 10 ** math.floor(math.log10(rough))
     step = max(m * power for m in (1, 2, 5) if m * power <= rough)
     decimals = max(0, -math.floor(math.log10(step)))
-    return [f"{value:.{decimals}f}".replace("-", "−") for value in (low, high, low + step, high - step)]
+    # the last tick the padded range may reach past each end but 0 (Plotly does not pad bars past their base)
+    past = [math.floor((high + AUTORANGE_PAD * span) / step) * step] if high else []
+    past += [math.ceil((low - AUTORANGE_PAD * span) / step) * step] if low else []
+    return [f"{value:.{decimals}f}".replace("-", "−") for value in (low, high, low + step, high - step, *past)]
 
 
 def beside_numbers(low: float, high: float, *, title: bool = True) -> int:

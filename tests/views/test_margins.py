@@ -97,11 +97,20 @@ def test_bar_and_line_charts_hold_their_numbers_titles_and_a_legend_at_their_foo
 def test_a_number_axis_margin_holds_the_labels_plotly_writes_and_no_more():
     """The left margin of a chart of numbers from 0 holds its tick labels at the finest step Plotly could pick,
     "25" for losses up to 26, "0.36" for bars up to 0.38, and never more than any number's (NaN, ∞, 1e-7)."""
-    assert margins.number_labels(0, 26) == ["0", "26", "2", "24"]
-    assert margins.number_labels(0, 0.38) == ["0.00", "0.38", "0.02", "0.36"]
+    assert margins.number_labels(0, 26) == ["0", "26", "2", "24", "26"]
+    assert margins.number_labels(0, 0.38) == ["0.00", "0.38", "0.02", "0.36", "0.40"]
     assert margins.beside_numbers(0, 26) == margins.beside(["25"]) < margins.beside_numbers(0, 0.38) < margins.beside()
     for high in (float("nan"), float("inf"), 1e-7, 1234567.0):
         assert margins.beside_numbers(0, high) == margins.beside()
+
+
+def test_a_number_axis_margin_holds_the_tick_plotly_s_autorange_adds_past_the_largest_value():
+    """Bars up to 950 (or 97): Plotly's autorange pads the axis past the largest bar to a tick with one more digit,
+    "1000" ("100"), which the margin holds, so Plotly draws the chart once; bars up to 940 reach no such tick."""
+    assert margins.beside_numbers(0, 950) == margins.beside(["1000"])
+    assert margins.beside_numbers(0, 97) == margins.beside(["100"])
+    assert margins.beside_numbers(-950, 0) == margins.beside(["−1000"])
+    assert margins.beside_numbers(0, 940) == margins.beside(["940"])
 
 
 def test_a_long_knocked_out_label_breaks_into_legend_rows_the_margin_holds():
