@@ -56,8 +56,9 @@ MAP_CHOICES = ("head 0", "mean over heads")
 SCALE_NOTE = ("Colour: the attention weight, from 0 (dark) to 1 (yellow), on one scale for every map; grey cells are "
               "masked.")
 MAP_WIDTH = 290  # px: a variant's map on the Compare page; as many a row as fit (three beside the sidebar at 1,400)
-# a two-line title above a map's key tokens, under the modebar's row: more than their labels and axis title take
-TWO_LINE_TITLE_PX = margins.MODEBAR_PX + 20
+# a two-line title above a map's key tokens, under the modebar's row: a 14 px line, the smaller <sup> line under it,
+# and the gap above the key tokens' axis title
+TWO_LINE_TITLE_PX = margins.MODEBAR_PX + 30 + margins.TITLE_GAP_PX
 
 
 # --------------------------------------------------------------------------- inputs and modules

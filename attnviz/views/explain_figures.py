@@ -62,7 +62,8 @@ def _divisor_text(explanation: WeightExplanation) -> str:
 LINE_PX = {13: 17, 12: 16, 11: 14}  # a title line's height at each font size
 # a title of several lines grows down from under the modebar's row (Plotly centres it in the margin otherwise):
 # above its lines, that row; under them, a gap
-TITLE_ROOM_PX = margins.MODEBAR_PX + 20
+TITLE_ROOM_PX = margins.MODEBAR_PX + margins.TITLE_GAP_PX
+NAME_PX = 3 + math.ceil(margins.LINE_EM * margins.TICK_FONT_PX)  # a bar's name beyond its end: Plotly's gap, a line
 
 
 def _wrapped(text: str, size: int = 13, width_px: int = PANEL_PX) -> tuple[str, int]:
@@ -95,6 +96,22 @@ def named_dimensions(products: np.ndarray, largest: list[int], plot_px: float) -
                if (products[e] >= 0) == (products[d] >= 0)):
             named.append(d)
     return named
+
+
+def products_range(products: np.ndarray, named: list[int], plot_px: float) -> list[float] | None:
+    """The y range of the (hd,) ``products``' bars, from 0, on a plot ``plot_px`` tall: every bar, and the names of
+    the ``named`` ones beyond their ends (:data:`NAME_PX`), and no more (Plotly's autorange adds a name's height and
+    a twentieth of the plot at both ends, named bar or not).  None where every product is 0 (Plotly's own range)."""
+    values = np.asarray(products, dtype=np.float64)
+    high, low = max(0.0, float(values.max())), min(0.0, float(values.min()))
+    if high == low:
+        return None
+    top, bottom, unit = high, low, (high - low) / plot_px  # unit: the y a px is worth
+    for _ in range(50):  # each pass widens the range less: the names' share of the plot is fixed
+        top = max([high] + [float(values[d]) + NAME_PX * unit for d in named if values[d] >= 0])
+        bottom = min([low] + [float(values[d]) - NAME_PX * unit for d in named if values[d] < 0])
+        unit = (top - bottom) / plot_px
+    return [bottom, top]
 
 
 def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int = 360) -> go.Figure:
@@ -131,14 +148,16 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
     title, title_lines = _wrapped(f"{_cell_name(explanation)}<br>{sums}")
     subtitle, subtitle_lines = _wrapped(subtitle, 11) if subtitle else ("", 0)
     top = TITLE_ROOM_PX + LINE_PX[13] * title_lines + LINE_PX[11] * subtitle_lines  # the title above the bars' names
+    bottom = margins.under_axis()
+    plot_px = height - 120 - bottom  # the figure is ``height - 120`` tall but for its title's lines
+    y_range = products_range(products, named, plot_px)
     layout = {
         "title": margins.title(title, 13, subtitle={"text": subtitle, "font": {"size": 11}}),
-        "height": height + top - 120, "margin": {"l": margin_l, "r": margin_r, "t": top,
-                                                "b": margins.under_axis()},
+        "height": top + plot_px + bottom, "margin": {"l": margin_l, "r": margin_r, "t": top, "b": bottom},
         "showlegend": False, "bargap": 0.1,
         "uniformtext": {"minsize": 10, "mode": "show"},
         "xaxis": {"title": margins.axis_title(f"dimension d (0 … {explanation.head_dim - 1})"), "zeroline": False},
-        "yaxis": {"title": {"text": "q[d]·k[d]"}, "zeroline": True},
+        "yaxis": {"title": {"text": "q[d]·k[d]"}, "zeroline": True, **({"range": y_range} if y_range else {})},
         "meta": {"largest": largest, "named": named, "score": explanation.score, "divisor": explanation.divisor},
     }
     return go.Figure(data=[bars], layout=layout, _validate=False)
@@ -237,7 +256,7 @@ def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 
         [f"row {explanation.query}: the softmax's input (not the scaled scores: the module changed them)" if changed
          else f"row {explanation.query}: scaled scores (the softmax's input)",
          f"softmax over row {explanation.query}: the weights (sum to 1)"],
-        [{**axis, "showticklabels": False}, {**axis, "matches": "x", "title": {"text": "key token"}}],
+        [{**axis, "showticklabels": False}, {**axis, "matches": "x", **margins.turned_title("key token")}],
         panel_px=max(60, (height - 170) // 2), gap_px=8)
     if explanation.masked:
         how = f"key {explanation.key} is hidden: exp(−∞) = 0, so its weight is 0"
@@ -249,7 +268,7 @@ def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 
                f"{explanation.weight:.4f}")
     title, title_lines = _wrapped(f"{_cell_name(explanation)}<br>{how}")
     top = TITLE_ROOM_PX + LINE_PX[13] * title_lines + LINE_PX[12] * first_lines  # the title, then the first panel's
-    bottom = margins.across(axis["ticktext"])
+    bottom = margins.turned_axis(axis["ticktext"])
     layout.update(
         title=margins.title(title, 13), height=top + plot_px + bottom,
         showlegend=False, bargap=0.1,
@@ -286,7 +305,7 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
         # the positions beside the tokens they are (the queries), not after "per key", where they read as keys
         titles.append(f"{sums.stage} of the {amount(len(sums.queries), 'selected query', 'selected queries')} "
                       f"({_selection_text(sums.queries, tokens)}), averaged per key")
-        axes.append({**axis, "title": {"text": "key token"}})
+        axes.append({**axis, **margins.turned_title("key token")})
     if sums.per_query_total is not None:
         codes = np.full(n, PLAIN_CODE)
         codes[list(sums.queries)] = HIGHLIGHT_CODE  # the queries selected above, if any
@@ -295,9 +314,10 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
                                    "total to the selected keys"))
         titles.append(f"{sums.stage} each query gives the {amount(len(sums.keys), 'selected key')} "
                       f"({_selection_text(sums.keys, tokens)}) in total")
-        axes.append({**axis, "title": {"text": "query token"}})
-    bottom = margins.across(axis["ticktext"])
-    layout, plot_px, first_lines = _panels(titles, axes, panel_px=max(80, (height or 300) - 150), gap_px=bottom + 10)
+        axes.append({**axis, **margins.turned_title("query token")})
+    bottom = margins.turned_axis(axis["ticktext"])
+    layout, plot_px, first_lines = _panels(titles, axes, panel_px=max(80, (height or 300) - 150),
+                                           gap_px=bottom + margins.TITLE_GAP_PX)
     top = TITLE_ROOM_PX + LINE_PX[13] + LINE_PX[12] * first_lines  # the title, then the first panel's
     layout.update(height=top + plot_px + bottom, showlegend=False, bargap=0.1,
                   title=margins.title(f"head {sums.head}: several tokens at once", 13),

@@ -245,7 +245,7 @@ def attention_heatmap(
     below_px = COLOUR_BAR_BELOW_PX if show_scale and scale_below else 0  # under the plot, above the legend
     right_px = margins.COLORBAR_PX if show_scale and not below_px else NO_COLOUR_BAR_PX
     axes = token_axes(tokens, (row_offset, rows), (col_offset, cols))
-    top = title_px + margins.across(axes["xaxis"]["ticktext"])
+    top = title_px + margins.turned_axis(axes["xaxis"]["ticktext"])
     def square_height() -> int:  # the figure's, for square cells across the plot ``width`` leaves beside the labels
         plot_width = width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
         return top + round(plot_width * rows / cols) + margins.LEGEND_BELOW_PX + below_px
@@ -266,6 +266,7 @@ def attention_heatmap(
         if leans:
             plot_width_px = width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
             right_px = max(right_px, _lean_past_plot(axes["xaxis"], col_offset + cols, plot_width_px / cols))
+    top = title_px + margins.turned_axis(axes["xaxis"]["ticktext"])  # over the key labels that fit
     height = square_height()  # the labels that fit may be narrower: the plot as wide, and as tall
     # Plotly's own square cells: the y axis keeps the x axis' scale, and the plot area, not the range, gives way
     axes["xaxis"].update(constrain="domain", constraintoward="left")
@@ -396,8 +397,8 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
         visible = {"title": {"text": title}, "type": "linear", "tickmode": "array", "tickvals": shown,
                    "ticktext": [tick_label(tokens[i]) for i in shown], "showgrid": False, "zeroline": False,
                    "range": span if name == "x" else span[::-1], **fit, **margins.LABELS_HELD}
-        if side:
-            visible.update(side=side, tickangle=-60)
+        if side:  # the key tokens' labels turned over the map, their title above them (margins.turned_axis)
+            visible.update(side=side, tickangle=-60, **margins.turned_title(title, under=False))
         layout[f"{name}axis"] = visible
         layout[f"{name}axis2"] = {"overlaying": name, "matches": name, "tickmode": "array", "tickvals": every,
                                   "ticktext": [f"{i}: {safe_label(tokens[i])}" for i in every], "showticklabels": False,

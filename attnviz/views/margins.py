@@ -43,6 +43,26 @@ TITLE_LINE_EM = 1.36
 AXIS_TITLE_STANDOFF_PX = 0
 TITLE_RESERVED_EM = 0.7
 AUTOMARGIN_PAD_PX = 12
+# Tick labels turned from the horizontal, as Chromium draws them (benchmarks/README.md, "The room under and above
+# turned labels"): each label's box starts TURNED_LABEL_GAP_PX from the plot (under it, or above it on an axis at the
+# top) and reaches as far as its text's width times the sine of the angle and a line (TICK_LINE_EM) times its cosine,
+# and up to TURNED_GLYPH_PX further where a glyph reaches past its advance ("Y", "j").  Plotly's automargin reserves
+# about a pad more past such an axis' title than Chromium draws, and sets a title under the labels TURNED_TITLE_RISE_EM
+# of its font higher than its standoff says: an axis whose margin holds these labels and its title turns automargin
+# off (:func:`turned_title`), and its title's standoff is that rise, so that the title starts where the labels end.
+TURNED_LABEL_GAP_PX = 12
+TURNED_GLYPH_PX = 2
+TURNED_TITLE_RISE_EM = 0.91
+# Source Sans' advance widths (Streamlit's font for Plotly's text), in thousandths of an em, of the printable ASCII
+# characters from " " to "~"; SOURCE_SANS_MORE: the other characters a tick label often holds (a token's leading
+# space drawn as "·", a label cut short with "…").  A character in neither is counted an em wide.
+SOURCE_SANS_ASCII = (
+    200, 289, 426, 497, 497, 824, 609, 249, 303, 303, 418, 497, 249, 311, 249, 350, 497, 497, 497, 497, 497, 497, 497,
+    497, 497, 497, 249, 249, 497, 497, 497, 425, 847, 543, 588, 571, 615, 527, 494, 617, 652, 263, 479, 579, 486, 727,
+    647, 664, 566, 664, 569, 534, 536, 645, 515, 786, 513, 476, 539, 303, 350, 303, 497, 500, 542, 504, 553, 456, 555,
+    496, 292, 504, 544, 246, 247, 495, 255, 829, 547, 542, 555, 555, 347, 419, 338, 544, 467, 719, 446, 467, 425, 303,
+    241, 303, 497)
+SOURCE_SANS_MORE = {"·": 249, "…": 948}
 COLORBAR_PX = 100  # a vertical colour bar right of the plot: the bar, its tick labels and its title
 LEGEND_BELOW_PX = 50  # a one-row horizontal legend under the plot
 LEGEND_ROW_PX = 24  # a row of a horizontal legend
@@ -145,6 +165,40 @@ def across(labels: Iterable[str], *, angle: float = 60, title: bool = True) -> i
     """The margin above or below a horizontal axis whose tick labels are turned ``angle`` degrees."""
     height = text_px(labels) * math.sin(math.radians(abs(angle))) + LINE_PX * math.cos(math.radians(angle))
     return TICK_PAD_PX + math.ceil(height) + (TITLE_PX if title else 0)
+
+
+def label_px(label: str, size: float = TICK_FONT_PX) -> float:
+    """The width of one label of ``size`` px in Source Sans (Plotly's HTML escapes unescaped): each character's
+    advance, an em for one not in :data:`SOURCE_SANS_ASCII` or :data:`SOURCE_SANS_MORE`."""
+    def em(char: str) -> int:
+        code = ord(char) - 32
+        return SOURCE_SANS_ASCII[code] if 0 <= code < len(SOURCE_SANS_ASCII) else SOURCE_SANS_MORE.get(char, 1000)
+    return size * sum(map(em, html.unescape(str(label)))) / 1000
+
+
+def turned_labels(labels: Iterable[str], *, angle: float = 60, size: float = TICK_FONT_PX) -> int:
+    """The px from the plot's edge to the far end of tick labels ``size`` px turned ``angle`` degrees from the
+    horizontal, as Chromium draws them: the widest label's box."""
+    turn = math.radians(abs(angle))
+    widest = max((label_px(label, size) for label in labels), default=0.0)
+    box = widest * math.sin(turn) + math.ceil(TICK_LINE_EM * size) * math.cos(turn) + TURNED_GLYPH_PX
+    return TURNED_LABEL_GAP_PX + math.ceil(box)
+
+
+def turned_axis(labels: Iterable[str], *, angle: float = 60, size: float = TICK_FONT_PX,
+                title_size: float = AXIS_TITLE_FONT_PX) -> int:
+    """The margin under (or above) a horizontal axis whose tick labels ``size`` px are turned ``angle`` degrees and
+    whose :func:`turned_title` is ``title_size`` px: the labels' box, then the title's, no more (the axis turns
+    Plotly's automargin off, which would reserve a band past the title)."""
+    return turned_labels(labels, angle=angle, size=size) + math.ceil(TITLE_LINE_EM * title_size)
+
+
+def turned_title(text: str, *, under: bool = True, title_size: float = AXIS_TITLE_FONT_PX) -> dict:
+    """A horizontal axis' settings for tick labels turned and ``text`` as its title, in the margin
+    :func:`turned_axis` makes: the title starts where the labels' box ends (``under`` the plot, or above it on an
+    axis at the top), and Plotly's automargin is off (that margin holds both: none is widened)."""
+    standoff = math.ceil(TURNED_TITLE_RISE_EM * title_size) if under else 0
+    return {"title": {"text": text, "standoff": standoff}, "automargin": False}
 
 
 def under_axis(tick_size: float = TICK_FONT_PX, *, ticks_out: bool = False,

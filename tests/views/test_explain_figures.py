@@ -98,6 +98,23 @@ def test_products_figure_names_the_largest_products():
     assert all(fig.data[0].text[d] == f"d{d}" for d in named)
 
 
+def test_the_products_axis_reaches_the_highest_bar_or_name_and_the_lowest_and_no_further():
+    """The products chart's y axis ends where its highest bar or the name over it ends (and its lowest bar or the
+    name under it): nothing cut, no band left over the bars under the title (Plotly's autorange would add a name's
+    height and more at both ends)."""
+    trace = pipeline.run("The cat sat on the mat.", AttentionConfig(variant="mha", d_in=64, d_out=64, num_heads=2))
+    explanation = explain_weight(trace, 0, 4, 1)
+    for products in (explanation.products, np.abs(explanation.products), -np.abs(explanation.products)):
+        fig = products_figure(dataclasses.replace(explanation, products=products))
+        layout, named = fig.layout, fig.layout.meta["named"]
+        low, high = layout.yaxis.range
+        px = (layout.height - layout.margin.t - layout.margin.b) / (high - low)  # a unit of the axis
+        name_px = [explain_figures.NAME_PX if d in named else 0 for d in range(products.shape[0])]
+        tops = [max(0.0, v) * px + (room if v >= 0 else 0) for v, room in zip(products, name_px)]
+        bottoms = [min(0.0, v) * px - (room if v < 0 else 0) for v, room in zip(products, name_px)]
+        assert max(tops) == pytest.approx(high * px, abs=0.5) and min(bottoms) == pytest.approx(low * px, abs=0.5)
+
+
 def _shown_names_overlapping(fig) -> list[tuple[str, str]]:
     """The pairs of a products figure's bar names ("d89", "d90") that overlap at the panel's width
     (explain_figures.PANEL_PX): on one side of 0 (a name sits above a product ≥ 0, under one < 0), centred on its bar,
