@@ -3,7 +3,10 @@
 Plotly's automargin (on in Plotly's and Streamlit's templates) draws a figure, measures what sticks out of the
 margins — tick labels, a colour bar, a legend — and, if anything does, draws the whole figure again with wider
 margins.  A figure whose margins already hold them is drawn once.  These estimates err wide; where a label is
-wider still, automargin widens the margin and draws the figure again: it is right either way, only slower.
+wider still, automargin widens the margin and draws the figure again: it is right either way, only slower.  The room
+for turned tick labels and their axis title (:func:`turned_axis`) is worked out from Source Sans' own character widths
+instead, and the axis turns automargin off, which would leave a band past the title: a character not in the table
+counts an em, so that room errs wide too.
 
 The top :data:`MODEBAR_PX` of every figure is the modebar's: Plotly draws its toolbar over the figure's top right
 corner, on hover where the screen has a pointer that hovers and always where it has none (a touch screen), so a title
