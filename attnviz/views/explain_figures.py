@@ -48,6 +48,11 @@ def _number(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _score(value: float) -> str:
+    """A score as the page's line beside the chart writes it (four decimals), so the two read the same number."""
+    return f"{value:.4f}"
+
+
 def _divisor_text(explanation: WeightExplanation) -> str:
     """``÷ √8`` (√d_head, the width the scale is judged by, not always q's length), ``÷ 1 (no scaling)`` or ``÷ 5``
     (a run's own scale)."""
@@ -134,13 +139,13 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
         "hovertemplate": ("dimension %{x}<br>q[d] = %{customdata[0]:.4f}<br>k[d] = %{customdata[1]:.4f}"
                           "<br>q[d]·k[d] = %{y:.4f}<extra></extra>"),
     }
-    sums = (f"Σ q[d]·k[d] = score {_number(explanation.score)}   {_divisor_text(explanation)} = scaled "
-            f"{_number(explanation.scaled)}<br>")
+    sums = (f"Σ q[d]·k[d] = score {_score(explanation.score)}   {_divisor_text(explanation)} = scaled "
+            f"{_score(explanation.scaled)}<br>")
     if explanation.masked:
         sums += "→ masked: weight 0"
         subtitle = safe_label(explanation.reason or "")
     else:
-        taken = (f"→ the softmax takes {_number(explanation.masked_score)} " if explanation.input_changed else "")
+        taken = (f"→ the softmax takes {_score(explanation.masked_score)} " if explanation.input_changed else "")
         sums += f"{taken}→ softmax over row {explanation.query}: weight {explanation.weight:.4f}"
         subtitle = ""
     if explanation.stand_in:
@@ -261,10 +266,10 @@ def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 
     if explanation.masked:
         how = f"key {explanation.key} is hidden: exp(−∞) = 0, so its weight is 0"
     elif changed:
-        how = (f"weight = exp({_number(explanation.masked_score)}) ÷ Σ over the row's visible keys of exp(softmax "
+        how = (f"weight = exp({_score(explanation.masked_score)}) ÷ Σ over the row's visible keys of exp(softmax "
                f"input) = {explanation.weight:.4f}")
     else:
-        how = (f"weight = exp({_number(explanation.scaled)}) ÷ Σ over the row's visible keys of exp(scaled) = "
+        how = (f"weight = exp({_score(explanation.scaled)}) ÷ Σ over the row's visible keys of exp(scaled) = "
                f"{explanation.weight:.4f}")
     title, title_lines = _wrapped(f"{_cell_name(explanation)}<br>{how}")
     top = TITLE_ROOM_PX + LINE_PX[13] * title_lines + LINE_PX[12] * first_lines  # the title, then the first panel's

@@ -53,7 +53,8 @@ def test_products_figure_has_one_bar_per_dimension_that_add_up_to_the_score(vari
     assert np.array_equal(bars.y, explanation.products)
     assert np.isclose(np.sum(bars.y), explanation.score, rtol=1e-5)
     title = flat(fig.layout.title.text)
-    assert f"score {explanation.score:.4g}" in title and f"scaled {explanation.scaled:.4g}" in title
+    # the numbers the page's line beside the chart writes (ui.why: four decimals), so both read the same score
+    assert f"score {explanation.score:.4f}" in title and f"scaled {explanation.scaled:.4f}" in title
     assert f"÷ √{explanation.head_dim}" in title and f"weight {explanation.weight:.4f}" in title
     assert np.array_equal(np.asarray(bars.customdata)[:, 0], explanation.query_vector)
     assert list(bars.marker.color) == [POSITIVE if p >= 0 else NEGATIVE for p in explanation.products]
