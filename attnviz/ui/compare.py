@@ -37,7 +37,7 @@ def draw(page_run: Context) -> None:
                f"{compare.heads_caption(result)}")
     if result.truncated:
         st.info(f"This run has {result.total_tokens:,} tokens; this page compares the first {result.n} "
-                "to keep the cost down.", icon="✂️")
+                "to keep the cost down.", icon=":material/content_cut:")
     _equivalences(result)
     if trace.module_run is not None:
         _module_beside_mha(page_run, result, base)

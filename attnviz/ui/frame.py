@@ -219,7 +219,7 @@ def setup() -> Context | None:
         config, trace = run_settings(values, _checkpoint(choice, page.book_classes))
     except InputError as exc:
         own = values.get("variant") in user_code.listed()  # a user's module: its message may name the server's files
-        st.warning(markdown_escape(module_message(str(exc)) if own else str(exc)), icon="✋")
+        st.warning(markdown_escape(module_message(str(exc)) if own else str(exc)), icon=":material/back_hand:")
         if values.get("variant") in user_code.failures():  # a constructor attnviz remembers failing
             try_again_button(values["variant"])
         if isinstance(exc, user_module.NonFiniteWeightsError):
@@ -286,7 +286,7 @@ def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool,
     except InputError as exc:
         share_and_export(None)
         own = values.get("variant") in user_code.listed()  # a user's module: its message may name the server's files
-        st.warning(markdown_escape(module_message(str(exc)) if own else str(exc)), icon="✋")
+        st.warning(markdown_escape(module_message(str(exc)) if own else str(exc)), icon=":material/back_hand:")
         if values.get("variant") in user_code.failures():  # a constructor attnviz remembers failing
             try_again_button(values["variant"])
         last = st.session_state.get("_last_valid")
@@ -305,7 +305,7 @@ def run_notes(trace: Trace) -> None:
     that in the sidebar's words (:func:`book_listing_note`)."""
     for note in trace.notes:
         if not variants.is_added_mask_note(note):
-            st.info(markdown_escape(note), icon="ℹ️")
+            st.info(markdown_escape(note), icon=":material/info:")
 
 
 def book_listing_note(config: AttentionConfig) -> None:

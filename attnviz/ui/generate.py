@@ -163,7 +163,7 @@ def show(page_run: Context) -> None:
             sizes = core_weights.sizes(model)
             linked = _generate_section(page_run, ref)
         except ValueError as exc:  # a checkpoint that cannot be loaded now: no folder of the server's
-            st.warning(markdown_escape(module_message(str(exc))), icon="✋")
+            st.warning(markdown_escape(module_message(str(exc))), icon=":material/back_hand:")
     if not linked:  # no generation shown: the session's New tokens, step, layer and head wait for one, linked
         share_link(page_run.link)
     st.divider()
@@ -183,7 +183,7 @@ def _random_set_aside(page_run: Context, ref) -> None:
     forget_page_params(RANDOM)
     set_aside = st.session_state.get(RANDOM_SET_ASIDE)
     if set_aside is not None and set_aside[0] == ref:
-        st.warning(markdown_escape(set_aside[1]), icon="✋")
+        st.warning(markdown_escape(set_aside[1]), icon=":material/back_hand:")
     else:
         st.session_state.pop(RANDOM_SET_ASIDE, None)  # other weights: the link's random GPT is no longer the news
 
@@ -265,7 +265,7 @@ def _generate_section(page_run: Context, ref) -> bool:
     prompt = tokens.encode(page_run.settings["text"]) if isinstance(page_run.settings.get("text"), str) else []
     if not prompt or not page_run.settings["text"].strip():
         st.warning("The prompt is empty: type a text in the sidebar's **Text** box, and the model continues it.",
-                   icon="✋")
+                   icon=":material/back_hand:")
         return False
     max_new = number_box(
         st, "New tokens", "generate_new", DEFAULT_NEW, (1, MAX_NEW), f"the page generates {DEFAULT_NEW}",
@@ -279,7 +279,7 @@ def _generate_section(page_run: Context, ref) -> bool:
     with st.spinner(spinner, show_time=True):
         result = _generation(ref, tuple(prompt), int(max_new))
     for notice in result.notices:
-        st.info(markdown_escape(notice), icon="ℹ️")
+        st.info(markdown_escape(notice), icon=":material/info:")
     key = (ref, tuple(prompt), int(max_new))
     if st.session_state.get("_generate_key") != key:  # a new generation starts at its prefill
         st.session_state["_generate_key"] = key
@@ -509,7 +509,7 @@ def _badge(ref, key: tuple, index: int) -> None:
     try:
         check = _checks(ref, key[1], key[2])[index]
     except ValueError as exc:
-        st.warning(markdown_escape(module_message(str(exc))), icon="✋")
+        st.warning(markdown_escape(module_message(str(exc))), icon=":material/back_hand:")
         return
     numbers = (f"weights rows max |Δ| = {check.weights_diff:.1e}, logits max |Δ| = {check.logits_diff:.1e} "
                f"({check.logits_relative_diff:.1e} of the largest)")

@@ -253,7 +253,7 @@ def section(page_run: Context) -> None:
         if chance:
             st.caption(chance + (f" {learned}" if config.checkpoint is None else ""))
     if seeing:
-        st.info(future_caption(config, future), icon="ℹ️")
+        st.info(future_caption(config, future), icon=":material/info:")
     types = label_table(scores, causal=not seeing, queries=queries, coinciding=coinciding)
     st.dataframe(types, key="heads_types", hide_index=True, selection_mode="single-row",
                  on_select=functools.partial(focus_from_row, "heads_types", list(types["head"])), column_config={

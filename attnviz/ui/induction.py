@@ -135,7 +135,7 @@ def lab_run(page_run: Context) -> induction.InductionRun | None:
     if longest < induction.MIN_T:  # a model with a context of a few tokens: not even T = 2 fits
         st.info(f"This model's context is {page_run.config.context_length} tokens: the lab's shortest sequence, "
                 f"[BOS] + x + x with T = {induction.MIN_T}, needs {2 * induction.MIN_T + 1}. Pick a model with a "
-                "longer context under *Weights*.", icon="ℹ️")
+                "longer context under *Weights*.", icon=":material/info:")
         return None
     from_url(page_run, longest)
     url_notices("induction_T", "induction_seed")
@@ -159,7 +159,7 @@ def lab_run(page_run: Context) -> induction.InductionRun | None:
                 st.caption("The lab runs the attention in eval mode: dropout is off here.")
             return _book_run(config, int(T), int(seed))
     except ValueError as exc:  # a checkpoint that cannot be loaded, a setting out of range, a user's module: say so
-        st.warning(markdown_escape(module_message(str(exc))), icon="✋")  # no folder of the server's
+        st.warning(markdown_escape(module_message(str(exc))), icon=":material/back_hand:")  # no folder of the server's
         return None
 
 
@@ -207,15 +207,15 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
                                             title=f"every head on [BOS] + x + x, T = {run.T}"),
                     config=plotly_config("attnviz-induction-scores"), key="induction_scores")
     if run.sees_future:
-        st.info(future_caption(page_run.config, run.future), icon="ℹ️")
+        st.info(future_caption(page_run.config, run.future), icon=":material/info:")
     window = page_run.config.window if page_run.config.checkpoint is None else None
     if window is not None and window < run.T:
-        st.info(window_caption(window, run.T), icon="ℹ️")
+        st.info(window_caption(window, run.T), icon=":material/info:")
     elif page_run.config.checkpoint is not None:  # a checkpoint's layers each have their own window, or none
         narrow = {layer: size for layer, size in enumerate(_layer_windows(page_run.config.checkpoint))
                   if size is not None and size < run.T}
         if narrow:
-            st.info(layers_window_caption(narrow, run.T), icon="ℹ️")
+            st.info(layers_window_caption(narrow, run.T), icon=":material/info:")
 
     layers, heads = run.scores.shape
     if layers > 1:
@@ -241,7 +241,7 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
             with st.spinner(f"Running the model for layer {layer}'s maps…"):
                 shown = _model_run(page_run.config.checkpoint, run.T, run.seed, layer)
         except ValueError as exc:  # the checkpoint changed on disk since the lab ran it: said with its name
-            st.warning(markdown_escape(module_message(str(exc))), icon="✋")
+            st.warning(markdown_escape(module_message(str(exc))), icon=":material/back_hand:")
             return
     default = best_head if layer == best_layer else int(run.scores[layer].argmax())
     scores = tuple(f"head {h} · {float(score):.2f}" for h, score in enumerate(run.scores[layer]))  # not the run
@@ -263,7 +263,7 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
         config=plotly_config(f"attnviz-induction-{name}"), key="induction_map")
     st.subheader("Loss at each position")
     if run.loss is None:
-        st.info(NO_LOSS, icon="ℹ️")
+        st.info(NO_LOSS, icon=":material/info:")
     else:
         st.plotly_chart(head_figures.position_loss(run.loss, run.T), config=plotly_config("attnviz-induction-loss"),
                         key="induction_loss")

@@ -81,7 +81,7 @@ def induction_section(page_run: Context, run) -> None:
                 [(KNOCKOUT, raw)], "knocking out heads needs a model that predicts tokens, and the book's classes "
                 "do not.")
         url_notices(UNUSED_KNOCKOUT)  # until a model is picked
-        st.info(NEEDS_A_MODEL, icon="ℹ️")
+        st.info(NEEDS_A_MODEL, icon=":material/info:")
         forget_page_params(KNOCKOUT)  # nothing to knock out: the URL leaves it out
         return
     st.session_state.pop(page_param_notice(UNUSED_KNOCKOUT), None)

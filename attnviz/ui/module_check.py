@@ -202,7 +202,8 @@ def _results(record: dict) -> None:
     rows = record["rows"]
     if record["error"] is not None:
         done = f" The rules done before it: {len(rows)} of {len(checks.RULES)}." if rows else ""
-        st.warning(markdown_escape(module_message(record["error"])) + done, icon="✋")  # no folder of the server's
+        # module_message: no folder of the server's
+        st.warning(markdown_escape(module_message(record["error"])) + done, icon=":material/back_hand:")
         if rows:
             _table(rows)
         return

@@ -233,12 +233,12 @@ def _weights(listed) -> ui_weights.Choice:
                  help="The book's classes with seeded random weights, or a GPT-2 checkpoint found on this "
                  "machine (ATTNVIZ_CHECKPOINTS, the Hugging Face cache, --checkpoint).")
     for note in weights.discovered().notes:  # a path given on the command line or in ATTNVIZ_CHECKPOINTS
-        st.caption(f"ℹ️ {markdown_escape(note)}")
+        st.caption(f":material/info: {markdown_escape(note)}")
     choice = ui_weights.choose(listed, st.session_state["weights"])
     st.session_state["_weights_choice"] = choice
     caption = weights.attention_caption(choice.sizes) if choice.sizes is not None else None
     if caption:
-        st.caption(f"ℹ️ {markdown_escape(caption)}")
+        st.caption(f":material/info: {markdown_escape(caption)}")
     if choice.sizes is not None:
         _follow_checkpoint(choice.sizes, choice.option.name)
     n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
@@ -328,10 +328,11 @@ def _variant(choice) -> variants.Variant:
     st.selectbox("Attention variant", [*variants.LABELS, *modules], format_func=lambda v: variants.LABELS.get(v, v),
                  disabled=reason is not None, help=reason or own, **bind("variant"))
     for spec_text, reason_text in user_code.errors().items():
-        st.caption(f"⚠️ {markdown_escape(module_message(spec_text))} is not listed: "
+        st.caption(f":material/warning: {markdown_escape(module_message(spec_text))} is not listed: "
                    f"{markdown_escape(module_message(reason_text))}")
     for number, (label, reason_text) in enumerate(user_code.failures().items()):
-        st.caption(f"⚠️ {markdown_escape(label)} cannot be built: {markdown_escape(module_message(reason_text))}")
+        st.caption(f":material/warning: {markdown_escape(label)} cannot be built: "
+                   f"{markdown_escape(module_message(reason_text))}")
         try_again_button(label, f"{TRY_AGAIN}_{number}")
     return spec
 
@@ -391,7 +392,7 @@ def _sizes(spec) -> None:
     )
     dims_notice = st.session_state.pop("_dims_notice", None)
     if dims_notice:
-        st.caption(f"ℹ️ {dims_notice}")
+        st.caption(f":material/info: {dims_notice}")
 
 
 def _modern(spec, also: tuple[str, ...] = ()) -> None:
@@ -421,7 +422,7 @@ def _modern(spec, also: tuple[str, ...] = ()) -> None:
         setting_box(st, "Window W (sliding_window_size)", "sliding_window_size", (1, MAX_CONTEXT_LENGTH),
                     help=f"1 … {MAX_CONTEXT_LENGTH:,}. Query i sees keys i−W+1 … i (W = 1: only itself).")
     if page_runs:
-        st.caption(f"ℹ️ {page_runs_caption(page_runs)}")
+        st.caption(f":material/info: {page_runs_caption(page_runs)}")
     if "positions" in applies:
         st.radio("Positions", list(configs.POSITIONS), horizontal=True,
                  help="learned: the chapter 2 positional embedding added to the input; rotary: queries and keys "
@@ -431,7 +432,7 @@ def _modern(spec, also: tuple[str, ...] = ()) -> None:
                          help="θ base of the rotation: 10,000 (Llama 2) or 500,000 (Llama 3).", **bind("rope_base"))
     for key in applies:
         if key in notices:
-            st.caption(f"ℹ️ {markdown_escape(notices[key])}")
+            st.caption(f":material/info: {markdown_escape(notices[key])}")
 
 
 # a setting a page runs whatever the class: its label in the sidebar and the variant that runs it

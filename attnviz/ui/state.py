@@ -241,7 +241,7 @@ def url_notices(*keys: str) -> None:
     for key in keys:
         notice = st.session_state.get(page_param_notice(key))
         if notice is not None:
-            st.warning(markdown_escape(notice), icon="✋")
+            st.warning(markdown_escape(notice), icon=":material/back_hand:")
 
 
 def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str], object], str]]) -> None:

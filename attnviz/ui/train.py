@@ -184,7 +184,7 @@ def _start(steps: int, seed: int) -> None:
         with waiting:
             job_board().start(owner(), in_training_heap(work), name="attnviz-train")
     except JobRefusedError as exc:
-        st.warning(str(exc), icon="✋")
+        st.warning(str(exc), icon=":material/back_hand:")
         return
     st.session_state["_train_total"] = cfg.steps
     st.rerun()  # draw the page again as it is now: Stop enabled, the live view polling
@@ -245,7 +245,7 @@ def _live() -> None:
     # the same seven slots on every run, each its element or st.empty(): the delta paths never move (see live())
     st.progress(min(1.0, done / total) if total else 0.0, text=_status_text(status, done, total, view))
     if job is not None and job.error is not None:
-        st.error(f"The training failed: {job.error}", icon="🚨")
+        st.error(f"The training failed: {job.error}", icon=":material/error:")
     else:
         st.empty()
     source = job if job is not None else run

@@ -64,7 +64,7 @@ def said_if_unreadable() -> Iterator[None]:
     try:
         yield
     except CheckpointError as exc:
-        st.warning(markdown_escape(str(exc)), icon="✋")
+        st.warning(markdown_escape(str(exc)), icon=":material/back_hand:")
 
 
 def unreadable(exc: CheckpointError, ref: str) -> str:
