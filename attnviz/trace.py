@@ -51,6 +51,27 @@ class ScoreWidth:
 
 
 @dataclass(frozen=True)
+class StageSource:
+    """Where the line that computed a stage of a user module is: the class or function of its code whose source holds
+    it (:class:`attnviz.code_places.CodePlaces`), read with ``inspect`` from the module's own class objects."""
+
+    owner: str  # the class or function whose source holds it: "MyMultiHeadAttention", "masked_softmax"; "" unknown
+    function: str  # the method of ``owner`` that holds it ("forward", "attend"); "" for a function, or none found
+    filename: str  # the file that holds the line
+    file_named: str  # that file as the page names it: the user's by its name alone, a library's as an import names it
+    line: int  # the line, in ``filename``
+    source: str = ""  # ``owner``'s source; "" for a library's (not shown) or where Python cannot read it
+    first_line: int = 1  # the line of ``filename`` where ``source`` starts
+    library: bool = False  # a file the user did not hand over (a library's): named in words, not shown
+    top: bool = False  # ``owner`` is the module's own class
+
+    @property
+    def name(self) -> str:
+        """"MyMultiHeadAttention.forward", "masked_softmax": the method or function that holds the line."""
+        return f"{self.owner}.{self.function}" if self.owner and self.function else self.owner
+
+
+@dataclass(frozen=True)
 class ModuleRun:
     """What a user module's run adds to its Trace: its class, its file and the line of each stage it computed."""
 
@@ -75,6 +96,9 @@ class ModuleRun:
     # (:func:`attnviz.tracing.picked`)
     attention: int = 1
     attention_places: tuple[str, ...] = ("",)
+    # stage -> where its line is, in whichever class or function of the module's code holds it (a submodule's class,
+    # a helper, a library's function): the Steps page shows it
+    stage_sources: dict[str, StageSource] = field(default_factory=dict)
 
     @property
     def attention_named(self) -> str:

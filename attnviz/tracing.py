@@ -76,7 +76,6 @@ import re
 import sys
 import traceback
 import warnings
-import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -84,7 +83,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attnviz import declarations, time_limit
+from attnviz import code_places, declarations, time_limit
 from attnviz.config import MAX_CONTEXT_LENGTH, MAX_SEED, AttentionConfig, EmptyTextError
 from attnviz.producers import book
 from attnviz.text import prepare_text
@@ -2461,7 +2460,8 @@ def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_id
 def module_run(module: nn.Module, recording: Recording, attention: Attention, *, attention_number: int = 1,
                places: tuple[str, ...] = ("",)) -> ModuleRun:
     """The module's class, its file, every op (the stages marked of ``attention`` alone) and the line of each of its
-    stages (for the source panel and the op diagram), which of the forward's attentions it is (``attention_number`` of
+    stages (for the source panel and the op diagram) and the class or function of its code each is in
+    (:class:`attnviz.code_places.CodePlaces`), which of the forward's attentions it is (``attention_number`` of
     ``places``, where each is: :func:`picked`), the head_dim its scale is judged by (:func:`score_width`) and the
     scales its config declares (:func:`attnviz.declarations.declared_scales`' designs), for the explanation of a
     weight."""
@@ -2469,14 +2469,19 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention, *,
         filename = inspect.getsourcefile(type(module))
     except (TypeError, OSError):
         filename = None
-    lines = {}
+    lines, at = {}, {}  # stage -> its line in the class's file; stage -> (its file, its line), wherever it is
     first, last = _op_span(recording, attention)
     for op in recording.ops[first:last + 1]:
         if op.stage and op.stage not in lines and op.line is not None and op.filename == filename:
             lines[op.stage] = op.line
-    if attention.kind != "softmax" and "context" in lines:  # one SDPA / MultiheadAttention call computes them all
-        for stage in ("scores", "scaled", "masked", "weights", "dropped"):
-            lines.setdefault(stage, lines["context"])
+        if op.stage and op.stage not in at and op.line is not None:
+            at[op.stage] = (op.filename, op.line)
+    if attention.kind != "softmax":  # one SDPA / MultiheadAttention call computes them all
+        for known in (lines, at):
+            for stage in ("scores", "scaled", "masked", "weights", "dropped") if "context" in known else ():
+                known.setdefault(stage, known["context"])
+    code = code_places.CodePlaces(module, filename, name_file=_shown_file)
+    sources = {stage: found for stage, (file, line) in at.items() if (found := code.place(file, line)) is not None}
     ops = tuple((op.name, op.shape, op.line if op.filename == filename else None,
                  op.stage if first <= index <= last else None)  # the stages of the attention shown, not another's
                 for index, op in enumerate(recording.ops))
@@ -2487,7 +2492,8 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention, *,
     return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
                      kind=attention.kind, source="".join(source_lines), first_line=first_line,
                      unrecorded=dict(attention.unrecorded), score_width=width, declared_scales=declared,
-                     attention=attention_number, attention_places=tuple(places))
+                     attention=attention_number, attention_places=tuple(places),
+                     stage_sources=sources)
 
 
 def _op_span(recording: Recording, attention: Attention) -> tuple[int, int]:
@@ -2500,22 +2506,11 @@ def _op_span(recording: Recording, attention: Attention) -> tuple[int, int]:
     return (max(before) + 1 if before else 0), (last if last >= 0 else len(recording.ops) - 1)
 
 
-_CLASS_SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # class -> (its lines, its first line)
-
-
 def class_source(cls: type) -> tuple[tuple[str, ...], int]:
     """(the source lines of ``cls``, the number of its first line), read once a class — Python finds a class's lines
     by parsing the whole file that defines it, a noticeable time for a long file on every new text; ((), 1) where
     Python cannot read them.  A file saved since and imported anew defines another class, read anew."""
-    found = _CLASS_SOURCES.get(cls)
-    if found is None:
-        try:
-            lines, first = inspect.getsourcelines(cls)
-            found = tuple(lines), first
-        except (TypeError, OSError):
-            found = (), 1
-        _CLASS_SOURCES[cls] = found
-    return found
+    return code_places.source_lines(cls)
 
 
 def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:

@@ -330,15 +330,16 @@ STAGE_VIEWS = {"latent": _latent, "rotated_queries": _rotated_queries, "kv_repea
 
 
 def _source(trace: Trace, stage: str) -> None:
-    """The running module's source with the stage's line marked: a user's module its own file, else the book's."""
+    """The running module's source with the stage's line marked: a user's module the class or function of its code
+    that computed the stage (a submodule's class, a helper), numbered as in its file, else the book's class."""
     config, run = trace.config, trace.module_run
-    with st.expander(f"Source of {run.class_name if run else source.CLASSES[config.variant].__name__} — read from "
-                     "the running module", expanded=run is not None):
-        added = steps.ADDED_MASK_MARK if stage == "masked" and variants.added_mask_note(config) else ""
-        code, line = (source.module_marked_source(run, stage) if run
-                      else source.marked_source(config.variant, stage, note=added))
-        st.caption(source.line_caption(line, run) + (" It is attnviz's addition, run because Causal mask is on: the "
-                                                     "book's listing has no mask." if added else ""))
+    added = steps.ADDED_MASK_MARK if stage == "masked" and variants.added_mask_note(config) else ""
+    code, line, shown = (source.module_marked_source(run, stage) if run
+                         else (*source.marked_source(config.variant, stage, note=added),
+                               source.CLASSES[config.variant].__name__))
+    with st.expander(f"Source of {shown} — read from the running module", expanded=run is not None):
+        st.caption(source.line_caption(line, run, stage) + (" It is attnviz's addition, run because Causal mask is "
+                                                            "on: the book's listing has no mask." if added else ""))
         if (listing := steps.listing_note(trace)) is not None:
             st.caption(listing)
         st.code(code, language="python", line_numbers=run is None)  # the gutter counts from 1, not the file's line

@@ -77,29 +77,70 @@ def marked_source(variant: str, stage: str, note: str = "") -> tuple[str, int | 
 
 
 def module_stage_code(run, stage: str) -> str | None:
-    """The line of a traced user module (``trace.module_run``) that computed ``stage``, or None."""
-    line = run.stage_lines.get(stage)
-    lines = run.source.splitlines()
-    index = None if line is None else line - run.first_line
-    return lines[index].strip() if index is not None and 0 <= index < len(lines) else None
+    """The line of a traced user module (``trace.module_run``) that computed ``stage``, from the class or function
+    whose source holds it (``run.stage_sources``) — named above the line where that is not the module's own forward
+    (``# MyMultiHeadAttention.forward, line 308 of gpt.py``) —, or in words where it is a library's; None where the
+    run has no line for it."""
+    found = run.stage_sources.get(stage)
+    if found is None:
+        return None
+    if found.library or not found.source:
+        within = f", in {found.name}," if found.name else ""
+        whose = "a library's code, not shown" if found.library else "outside the classes and functions attnviz reads"
+        return f"# line {found.line} of {found.file_named}{within} computes this stage: {whose}"
+    lines = found.source.splitlines()
+    index = found.line - found.first_line
+    if not 0 <= index < len(lines):
+        return None
+    code = lines[index].strip()
+    return code if found.top and found.function == "forward" else (
+        f"# {found.name}, line {found.line} of {found.file_named}\n{code}")
 
 
-def module_marked_source(run, stage: str) -> tuple[str, int | None]:
-    """(the user's class source with the stage's line marked, that line's number in the user's file or None): the
-    number the op path and the user's editor give it, not its place within the class."""
-    lines = run.source.splitlines()
-    line = run.stage_lines.get(stage)
-    index = None if line is None else line - run.first_line
+def attention_source(run):
+    """The ``StageSource`` of the class or function that holds the attention's softmax (its SDPA call), where it is
+    the user's code: what the source panel shows of a stage with no line of its own; None where there is none."""
+    found = run.stage_sources.get("weights") or run.stage_sources.get("context")
+    return found if found is not None and not found.library and found.source else None
+
+
+def attention_owner(run) -> str:
+    """The class or function that computed the attention shown, by name: the one holding its softmax (a GPT's
+    block's attention class), else the module's own class."""
+    found = attention_source(run)
+    return run.class_name if found is None else found.owner
+
+
+def module_marked_source(run, stage: str) -> tuple[str, int | None, str]:
+    """(the source of the class or function that computed the stage — the user's class, a submodule's class, a helper
+    function — with the stage's line marked, that line's number in its file or None, the name of what is shown):
+    the number the op path and the user's editor give it, not its place within the class.  A stage with no line, or
+    one a library computed, shows the class that computed the attention (:func:`attention_source`) unmarked, else
+    the user's class."""
+    found = run.stage_sources.get(stage)
+    lines = [] if found is None or found.library else found.source.splitlines()
+    index = None if found is None else found.line - found.first_line
     if index is None or not 0 <= index < len(lines):
-        return run.source, None
+        whole = attention_source(run)
+        return (run.source, None, run.class_name) if whole is None else (whole.source, None, whole.owner)
     lines[index] += MARK
-    return "\n".join(lines), line
+    return "\n".join(lines), found.line, found.owner
 
 
-def line_caption(line: int | None, run=None) -> str:
+def line_caption(line: int | None, run=None, stage: str | None = None) -> str:
     """What the source panel says of the stage's line: its number in the variant's class, or in the user's file
-    (``run``: a traced module's ``ModuleRun``), as the op path gives it."""
+    (``run``: a traced module's ``ModuleRun``; ``stage``: the stage shown), as the op path gives it, and the method or
+    function that holds it; a library's line in words."""
+    found = None if run is None or stage is None else run.stage_sources.get(stage)
+    if line is None and found is not None and (found.library or not found.source):
+        within = f", in {found.name}," if found.name else ""
+        whose = ("a library's code, which this page does not show" if found.library
+                 else "outside the classes and functions attnviz reads")
+        return f"Line {found.line} of {found.file_named}{within} computes this stage: {whose}."
     if line is None:
-        return "This variant has no line for this stage."
+        return "This variant has no line for this stage." if run is None else (
+            f"{attention_owner(run)} has no separate line for this stage (its {run.kind} computes it).")
+    if found is not None:
+        return f"Line {line} of {found.file_named} (marked ◀), in {found.name}, computes this stage."
     where = f" of {Path(run.filename).name}" if run is not None and run.filename else ""
     return f"Line {line}{where} (marked ◀) computes this stage."

@@ -236,7 +236,8 @@ WINDOW_TEXT = ("Hide the future and the distant past: query i sees key j only wh
 def step_text(config: AttentionConfig, stage: str, run=None, *, window: int | None = None,
               hides_future: bool | None = None) -> dict:
     """What the stage does, and the line of the running source that does it (``run``: a traced user module's
-    ``trace.module_run``, whose own line is shown; ``window`` and ``hides_future``: the run's own mask,
+    ``trace.module_run``, whose own line is shown, from the class or function that computed it:
+    :func:`attnviz.views.source.module_stage_code`; ``window`` and ``hides_future``: the run's own mask,
     ``trace.window`` and ``trace.hides_future``, where a checkpoint's layer has its own; else the config's)."""
     what = STEP_TEXT[stage]
     window = window if window is not None else config.window
@@ -244,7 +245,7 @@ def step_text(config: AttentionConfig, stage: str, run=None, *, window: int | No
         what = WINDOW_TEXT.replace("W;", f"W (W = {window});")
     if run is not None:
         code = source.module_stage_code(run, stage)
-        return {"what": what, "code": code or f"# {run.class_name} has no separate line for this stage "
+        return {"what": what, "code": code or f"# {source.attention_owner(run)} has no separate line for this stage "
                                                f"(its {run.kind} computes it)"}
     code = source.stage_code(config.variant, stage)
     if code is None:

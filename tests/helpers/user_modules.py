@@ -4622,6 +4622,67 @@ class SmallGPT(nn.Module):
         return x
 
 
+class TransformerBlock(nn.Module):
+    """The book's chapter 4 block: x + att(norm1(x)), then x + ff(norm2(x)); ``att``: the block's attention layer."""
+
+    def __init__(self, att, d_in):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(d_in), nn.LayerNorm(d_in)
+        self.att = att
+        self.ff = nn.Sequential(nn.Linear(d_in, 4 * d_in), nn.GELU(), nn.Linear(4 * d_in, d_in))
+
+    def forward(self, x):
+        x = x + self.att(self.norm1(x))  # (b, n, d_in)
+        return x + self.ff(self.norm2(x))  # (b, n, d_in)
+
+
+class LocalGlobalGPT(nn.Module):
+    """A small GPT whose blocks alternate local and global attention, as Gemma's and GPT-OSS's do: the first block's
+    attention a sliding window (LearnerSWA), the second the book's MultiHeadAttention (MyMultiHeadAttention)."""
+
+    def __init__(self, d_in=16, num_heads=2, context_length=16, sliding_window_size=3):
+        super().__init__()
+        self.d_in = d_in
+        self.trf_blocks = nn.Sequential(
+            TransformerBlock(LearnerSWA(d_in, d_in, context_length, 0.0, num_heads, sliding_window_size), d_in),
+            TransformerBlock(MyMultiHeadAttention(d_in, d_in, context_length, 0.0, num_heads), d_in))
+
+    def forward(self, x):
+        return self.trf_blocks(x)  # (b, n, d_in)
+
+
+def masked_softmax(attn_scores, mask_bool):
+    """The causal softmax a learner factors out of their attention: the future filled with −∞, then normalised."""
+    attn_scores = attn_scores.masked_fill(mask_bool, -torch.inf)  # (b, h, n, n)
+    return torch.softmax(attn_scores, dim=-1)  # (b, h, n, n)
+
+
+class HelperMethodAttention(nn.Module):
+    """Multi-head attention whose forward splits the heads and hands them to a method of its own, ``attend``, which
+    calls a function of the file, :func:`masked_softmax`."""
+
+    def __init__(self, d_in=16, d_out=16, context_length=16, dropout=0.0, num_heads=4):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_qkv = nn.Linear(d_in, 3 * d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def attend(self, queries, keys, values):
+        n = queries.shape[2]
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        attn_weights = masked_softmax(attn_scores / self.head_dim ** 0.5, self.mask.bool()[:n, :n])  # (b, h, n, n)
+        return self.dropout(attn_weights) @ values  # (b, h, n, n) @ (b, h, n, hd) -> (b, h, n, hd)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        queries, keys, values = (t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for t in self.W_qkv(x).split(self.d_out, dim=-1))  # (b, h, n, hd) each
+        context_vec = self.attend(queries, keys, values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+
 class WindowThenFull(nn.Module):
     """A window layer (LearnerSWA, ``sliding_window_size`` W), then a plain MyMultiHeadAttention that keeps no window
     attribute at all, each with a residual; ``window_bug``: LearnerSWA's bug in the window layer; ``full_first``: the

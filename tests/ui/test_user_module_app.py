@@ -590,3 +590,28 @@ def test_a_model_of_two_layers_picks_the_attention_every_page_draws_by_the_sideb
     assert [box.value.replace("\\", "") for box in at.info] == [
         f"The forward computed 2 attentions; this shows attention 2 of 2 on line {line}."]
     assert "attnviz-trace-module.npz" in downloads and downloads[-1] == "attnviz-trace-module-attention2.npz", downloads
+
+
+def test_the_steps_page_shows_the_line_of_the_picked_attention_from_its_blocks_class(monkeypatch):
+    """A GPT of two blocks, a sliding window then the book's attention: Steps shows the stage's line from the class of
+    the attention picked, named, and that class's source marked at the line's number in the file; attention 1 picked,
+    the window's class's."""
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:LocalGlobalGPT")
+    lines = MODULES.read_text().splitlines()
+    mask = "attn_scores.masked_fill_(mask_bool, -torch.inf)"
+    start = lines.index("class MyMultiHeadAttention(nn.Module):")
+    line = next(at for at in range(start, len(lines)) if lines[at].strip() == mask) + 1
+    at = app("pages/steps.py", variant="Your module: LocalGlobalGPT", d_in="16", d_out="16", num_heads="2",
+             attention="2", stage="masked")
+    no_exception(at)
+    codes = [c.value for c in at.code]
+    assert f"# MyMultiHeadAttention.forward, line {line} of user_modules.py\n{mask}" in codes, codes
+    panel = next(code for code in codes if code.startswith("class MyMultiHeadAttention(nn.Module):"))
+    assert f"{mask}  # ◀ this stage" in [row.strip() for row in panel.splitlines()]
+    assert f"Line {line} of user_modules.py (marked ◀), in MyMultiHeadAttention.forward, computes this stage." in [
+        c.value for c in at.caption]
+    at.sidebar.selectbox(key="attention").set_value(1).run()
+    no_exception(at)
+    codes = [c.value for c in at.code]
+    assert any(code.startswith("# LearnerSWA.forward, line ") for code in codes), codes
+    assert any(code.startswith("class LearnerSWA(nn.Module):") and "◀" in code for code in codes)
