@@ -239,10 +239,10 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         kept = kept_state(module)
         with tracing.saying_width(x, width):
             recording = tracing.record(module, x)
-        attention, _ = tracing.combine(recording.attentions)
+        each = tracing.each_attention(recording)  # a model's layers; a wrapper's one-head softmaxes stacked as one
+        attention = each[0]
         _require_finite_output(recording.output, recording.attentions)
         not_finite = not_finite_output(recording, module, selected)  # the outputs cannot be compared
-        each = _each_attention(recording, attention)
         random = any(_dropout_acts(one) for one in each)  # in eval mode: two forwards of the same input differ
         traced = meter.forwards
         appended = uncached_appends(module, x, recording.output, kept,  # every forward after it would read it
@@ -359,8 +359,8 @@ APPENDED_SKIP = ("not checked: the module's uncached forward adds to its cache (
 
 def _traced_each(module: nn.Module, x: torch.Tensor, n: int) -> list[tracing.Attention] | None:
     """The module's attentions on a seeded (1, n, d_in) input as wide as ``x``, one per layer as
-    :func:`_each_attention` reads them; None when n is past the context the module says it has, or the forward raises
-    on it."""
+    :func:`attnviz.tracing.each_attention` reads them; None when n is past the context the module says it has, or the
+    forward raises on it."""
     context = tracing.module_context(module)
     if context is not None and n > context[0]:
         return None
@@ -370,18 +370,11 @@ def _traced_each(module: nn.Module, x: torch.Tensor, n: int) -> list[tracing.Att
         recording = tracing.record(module, longer)
     except tracing.TraceError:
         return None
-    return _each_attention(recording, tracing.combine(recording.attentions)[0])
+    return tracing.each_attention(recording)
 
 
 def _nth(attentions: list[tracing.Attention] | None, index: int) -> tracing.Attention | None:
     return attentions[index] if attentions is not None and index < len(attentions) else None
-
-
-def _each_attention(recording: tracing.Recording, combined: tracing.Attention) -> list[tracing.Attention]:
-    """Every attention the forward computed, in order — a model's layers —, as the rules that read recorded weights
-    read them: ``combined`` alone when :func:`attnviz.tracing.combine` stacked one-head softmaxes into its heads (the
-    book's wrapper of single-head attentions)."""
-    return [combined] if combined is not recording.attentions[0] else list(recording.attentions)
 
 
 def _attention_named(recording: tracing.Recording, attention: tracing.Attention, index: int, total: int,
@@ -947,7 +940,7 @@ def _leak_causes(module: nn.Module, changed: torch.Tensor, j: int, attentions: l
     all of them."""
     try:
         recording = tracing.record(module, changed)
-        reruns = _each_attention(recording, tracing.combine(recording.attentions)[0])
+        reruns = tracing.each_attention(recording)
     except tracing.TraceError:
         reruns = []
     for index, attention in enumerate(attentions):

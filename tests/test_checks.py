@@ -1774,8 +1774,7 @@ def test_a_rule_that_could_not_check_one_of_a_models_attentions_does_not_pass(st
     naming that attention, not a pass that holds for the other alone."""
     module = um.SmallGPT().eval()
     recording = tracing.record(module, checks.default_input(module))
-    attention, _ = tracing.combine(recording.attentions)
-    each = checks._each_attention(recording, attention)
+    each = tracing.each_attention(recording)
     words = {"pass": "holds", "skip": "not checked here"}
     check = checks._in_every_attention(
         "scaling", lambda index, one: checks.Check("scaling", statuses[index], words[statuses[index]]), each,
