@@ -83,11 +83,9 @@ Around the rules:
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import os
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -112,7 +110,16 @@ from attnviz.declarations import (
 )
 from attnviz.kv_cache_rule import AttentionLayer, cache_sizes, kept_state, kv_cache, uncached_appends
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
-from attnviz.rule_base import TOLERANCE, Check, NotFinite, lowest_precision, module_output, per_query_head
+from attnviz.rule_base import (
+    TOLERANCE,
+    Check,
+    NotFinite,
+    layers_computing,
+    lowest_precision,
+    module_output,
+    op_line,
+    per_query_head,
+)
 from attnviz.softcap_sinks_rule import SINK_WORDS, sinks_mismatch, softcap_mismatch, unread_softcap
 from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth, hidden_by_mask
@@ -387,19 +394,18 @@ def _attention_named(recording: tracing.Recording, attention: tracing.Attention,
 def _attention_layers(module: nn.Module, recording: tracing.Recording, attentions: list[tracing.Attention],
                       own_file: str | None, given: Mapping[str, float]) -> list[AttentionLayer]:
     """kv-cache's reading of a model's attentions, one per layer (:class:`attnviz.kv_cache_rule.AttentionLayer`): each
-    named as the other rules name it ("attention 2 of 2 on line 30"), with the submodule that computes it — the one
-    whose class's forward holds its line (:func:`_layers_computing`), else whose class has a method that holds it (an
-    ``attend`` or ``_attn`` its forward calls: :func:`_layers_with_method`), or, of several layers of that class, the
-    one in the place this attention has among those that line computed — and its sizes (:func:`cache_sizes`:
+    named as the other rules name it ("attention 2 of 2 on line 30"), with the submodule that computes it
+    (:func:`attnviz.rule_base.layers_computing`: the one whose class's forward, else another method of it, holds its
+    line, or, of several layers of that class, the one in the place this attention has among those that line
+    computed) and its sizes (:func:`cache_sizes`:
     ``given``, else its own trace's); [] for a forward's only attention, which is the module's."""
     if len(attentions) < 2:
         return []
     paths = {id(value): path for path, value in held_objects(module).items() if isinstance(value, nn.Module)}
-    lines = [_op_line(recording, attention) for attention in attentions]
+    lines = [op_line(recording, attention) for attention in attentions]
     layers = []
     for index, attention in enumerate(attentions):
-        computing = (_layers_computing(module, recording, attention)
-                     or _layers_with_method(module, lines[index]))
+        computing = layers_computing(module, recording, attention)
         same_line = [other for other, line in zip(attentions, lines) if line is not None and line == lines[index]]
         place = next((at for at, other in enumerate(same_line) if other is attention), None)
         owner = (computing[0] if len(computing) == 1 else
@@ -407,46 +413,6 @@ def _attention_layers(module: nn.Module, recording: tracing.Recording, attention
         layers.append(AttentionLayer(_attention_named(recording, attention, index, len(attentions), own_file), owner,
                                      None if owner is None else paths.get(id(owner)), cache_sizes(given, attention)))
     return layers
-
-
-def _layers_with_method(module: nn.Module, line: tuple[str, int] | None) -> list[nn.Module]:
-    """The module's own submodules (itself included) whose class has a method of its own — not torch's — that holds
-    ``line`` (file, line): the method as the class resolves it, so a subclass that overrides it does not hold its
-    parent's; [] when the line is not known."""
-    if line is None:
-        return []
-    filename, number = os.path.abspath(line[0]), line[1]
-    return [sub for sub in module.modules()
-            if any(lines[0] == filename and lines[1] <= number <= lines[2] for lines in _method_lines(type(sub)))]
-
-
-_METHOD_LINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kept only while the class lives
-
-
-def _method_lines(cls: type) -> list[tuple[str, int, int]]:
-    """(file, first line, last line) of each method a module class resolves that is not torch's, read once per
-    class."""
-    if cls not in _METHOD_LINES:
-        found = []
-        for _, method in inspect.getmembers(cls, inspect.isfunction):
-            if (method.__module__ or "").split(".")[0] == "torch":
-                continue
-            try:
-                method = inspect.unwrap(method)
-                lines, start = inspect.getsourcelines(method)
-                found.append((os.path.abspath(inspect.getsourcefile(method)), start, start + len(lines) - 1))
-            except (TypeError, OSError):
-                continue
-        _METHOD_LINES[cls] = found
-    return _METHOD_LINES[cls]
-
-
-def _op_line(recording: tracing.Recording, attention: tracing.Attention) -> tuple[str, int] | None:
-    """(file, line) of the op that computed ``attention``'s weights; None when it is not known."""
-    if not 0 <= attention.op_index < len(recording.ops):
-        return None
-    op = recording.ops[attention.op_index]
-    return None if op.line is None or op.filename is None else (op.filename, op.line)
 
 
 def _in_every_attention(rule: str, verdict: Callable[[int, tracing.Attention], Check],
@@ -498,46 +464,13 @@ def _layer_windows(module: nn.Module, recording: tracing.Recording, attention: t
     """mask-convention's reading of the window ``attention`` is held to (:func:`_window_reads`, ``reads``: the same,
     read once per module by the caller).  The forward's only attention (``alone``), or one of a model that declares a
     window itself (its own attribute or config: ``declares_itself()``), is held to what the module declares; one of
-    several to what the layers whose class's forward computed it declare (:func:`_layers_computing`) when they all
-    declare the same — a full layer that keeps no window beside a window layer of another class is held to none, and
-    so is a layer class whose layers keep different windows (its hidden cells say which) —, else to what the module
-    declares."""
-    owners = [] if alone or declares_itself() else _layers_computing(module, recording, attention)
+    several to what the layers that computed it declare (:func:`attnviz.rule_base.layers_computing`: in their class's
+    forward, or an ``attend`` or ``_attn`` method of it) when they all declare the same — a full layer that keeps no
+    window beside a window layer of another class is held to none, and so is a layer class whose layers keep
+    different windows (its hidden cells say which) —, else to what the module declares."""
+    owners = [] if alone or declares_itself() else layers_computing(module, recording, attention)
     said = [reads(owner) for owner in owners or [module]]
     return {name: said[0][name] if all(one[name] == said[0][name] for one in said) else None for name in said[0]}
-
-
-def _layers_computing(module: nn.Module, recording: tracing.Recording,
-                      attention: tracing.Attention) -> list[nn.Module]:
-    """The module's own submodules (itself included) whose class's forward holds the line that computed
-    ``attention``'s weights: every layer of the class that did; [] when the line is not known or in no forward."""
-    if not 0 <= attention.op_index < len(recording.ops):
-        return []
-    op = recording.ops[attention.op_index]
-    if op.line is None or op.filename is None:
-        return []
-    return [sub for sub in module.modules() if _forward_holds(type(sub), os.path.abspath(op.filename), op.line)]
-
-
-_FORWARD_LINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kept only while the class lives
-
-
-def _forward_lines(cls: type) -> tuple[str, int, int] | None:
-    """(file, first line, last line) of a module class's forward, read once per class; None when Python cannot
-    tell."""
-    if cls not in _FORWARD_LINES:
-        try:
-            forward = inspect.unwrap(cls.forward)
-            lines, start = inspect.getsourcelines(forward)
-            _FORWARD_LINES[cls] = (os.path.abspath(inspect.getsourcefile(forward)), start, start + len(lines) - 1)
-        except (TypeError, OSError):
-            _FORWARD_LINES[cls] = None
-    return _FORWARD_LINES[cls]
-
-
-def _forward_holds(cls: type, filename: str, line: int) -> bool:
-    lines = _forward_lines(cls)
-    return lines is not None and lines[0] == filename and lines[1] <= line <= lines[2]
 
 
 def _not_read(rule: str, error: Exception) -> Check:

@@ -5,7 +5,9 @@
 * the module's output for an input;
 * K or V per query head, as the rules compare them;
 * the lowest precision among tensors a module made, whose rounding a comparison allows for;
-* the verdict of a rule that compares outputs on a module whose output is not finite (:class:`NotFinite`).
+* the verdict of a rule that compares outputs on a module whose output is not finite (:class:`NotFinite`);
+* the layers of a model that computed one of its attentions (:func:`layers_computing`), which each rule holds that
+  attention to.
 
 It sits below the checker and the rule families it keeps in modules of their own (:mod:`attnviz.rotary_rule`,
 :mod:`attnviz.kv_cache_rule`), so they share these without importing one another in a circle.
@@ -13,6 +15,9 @@ It sits below the checker and the rule families it keeps in modules of their own
 
 from __future__ import annotations
 
+import inspect
+import os
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -81,3 +86,62 @@ def per_query_head(tensor: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
 def module_output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The module's output for ``x`` (:func:`attnviz.tracing.forward_output`: a forward that raises is a TraceError)."""
     return tracing.forward_output(module, x).detach()
+
+
+def op_line(recording: tracing.Recording, attention: tracing.Attention) -> tuple[str, int] | None:
+    """(file, line) of the op that computed ``attention``'s weights; None when it is not known."""
+    if not 0 <= attention.op_index < len(recording.ops):
+        return None
+    op = recording.ops[attention.op_index]
+    return None if op.line is None or op.filename is None else (op.filename, op.line)
+
+
+def layers_computing(module: nn.Module, recording: tracing.Recording,
+                     attention: tracing.Attention) -> list[nn.Module]:
+    """The module's own submodules (itself included) that computed ``attention``: those whose class's forward holds the
+    line that computed its weights, else those whose class has a method of its own — not torch's — that holds it (an
+    ``attend`` or ``_attn`` its forward calls), the method as the class resolves it, so a subclass that overrides it
+    does not hold its parent's; every layer of the class that did; [] when the line is not known or in no method."""
+    line = op_line(recording, attention)
+    if line is None:
+        return []
+    filename, number = os.path.abspath(line[0]), line[1]
+
+    def holds(lines: tuple[str, int, int] | None) -> bool:
+        return lines is not None and lines[0] == filename and lines[1] <= number <= lines[2]
+
+    subs = list(module.modules())
+    return ([sub for sub in subs if holds(_forward_lines(type(sub)))]
+            or [sub for sub in subs if any(holds(lines) for lines in _method_lines(type(sub)))])
+
+
+_FORWARD_LINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kept only while the class lives
+_METHOD_LINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _lines(function) -> tuple[str, int, int] | None:
+    """(file, first line, last line) of a function; None when Python cannot tell."""
+    try:
+        function = inspect.unwrap(function)
+        lines, start = inspect.getsourcelines(function)
+        return os.path.abspath(inspect.getsourcefile(function)), start, start + len(lines) - 1
+    except (TypeError, OSError):
+        return None
+
+
+def _forward_lines(cls: type) -> tuple[str, int, int] | None:
+    """(file, first line, last line) of a module class's forward, read once per class; None when Python cannot
+    tell."""
+    if cls not in _FORWARD_LINES:
+        _FORWARD_LINES[cls] = _lines(cls.forward)
+    return _FORWARD_LINES[cls]
+
+
+def _method_lines(cls: type) -> list[tuple[str, int, int]]:
+    """(file, first line, last line) of each method a module class resolves that is not torch's, read once per
+    class."""
+    if cls not in _METHOD_LINES:
+        methods = [method for _, method in inspect.getmembers(cls, inspect.isfunction)
+                   if (method.__module__ or "").split(".")[0] != "torch"]
+        _METHOD_LINES[cls] = [lines for method in methods if (lines := _lines(method)) is not None]
+    return _METHOD_LINES[cls]
