@@ -855,7 +855,8 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                 if worst > TOLERANCE:
                     counter, *per_layer = [_counter(then, now_ints, changed, number, forwards)
                                            for then, now_ints, changed in zip(before, after, moved)]
-                    cause = _reset_cause(reset_name, left, counter) if number == 2 and left else None
+                    cause = (_reset_cause(reset_name, left, counter, layers, per_layer) if number == 2 and left
+                             else None)
                     uncached = ("the uncached one" if (start, stop) not in crops else
                                 f"the uncached forward of the last {counted(kept)} ({length[0]} = {kept}, the cache's "
                                 "length)")
@@ -896,16 +897,33 @@ def _same_held(a: tuple[torch.Tensor, int | None] | None, b: tuple[torch.Tensor,
     return a is not None and b is not None and a[0] is b[0] and a[1] == b[1]
 
 
-def _reset_cause(reset_name: str, kept: list[str], counter: _Counter | None) -> str:
+def _reset_cause(reset_name: str, kept: list[str], counter: _Counter | None,
+                 layers: Sequence[AttentionLayer] = (), counters: Sequence[_Counter | None] = ()) -> str:
     """Words for a reset that leaves the cache the first sequence filled (``kept``: the tensors the cached forwards
-    replaced or changed, still the same after the reset), and perhaps the position too (``counter``)."""
+    replaced or changed, still the same after the reset), and perhaps the position too (``counter``).  When every
+    tensor kept is one attention layer's (``layers``: :class:`AttentionLayer`, :func:`_tensor_layers`), the first such
+    layer is named ("attention 2 of 2 on line 30: …"), with its own tensors and its own position counter
+    (``counters``, in the order of ``layers``)."""
+    owners = _tensor_layers(kept, layers)
+    at = None if len(owners) < len(kept) else min(next(index for index, one in enumerate(layers) if one is owner)
+                                                  for owner in owners.values())
+    layer = None if at is None else layers[at]
+    where = in_layer = ""
+    if layer is not None:
+        kept = [name for name in kept if owners[name] is layer]
+        counter = counters[at] if at < len(counters) else None
+        own_reset = None if layer.module is None else _reset_name(layer.module)
+        where = f" ({layer.path}.{own_reset}())" if layer.path and own_reset else ""
+        in_layer = " in this layer"
     names = "/".join(kept)
     if counter is not None and counter.usual and counter.before != 0:
-        return (f"{reset_name}() resets nothing: the second sequence starts at {counter.name} = {counter.before}, "
-                f"not 0, and still attends over the first one's keys ({names} keep them) — in the reset, empty "
-                f"{names} and set {counter.name} back to 0")
-    return (f"after {reset_name}() the next sequence still attends over the last one's keys: empty {names} in the "
-            "reset")
+        words = (f"{reset_name}() resets nothing{in_layer}: the second sequence starts at {counter.name} = "
+                 f"{counter.before}, not 0, and still attends over the first one's keys ({names} keep them) — in the "
+                 f"reset{where}, empty {names} and set {counter.name} back to 0")
+    else:
+        words = (f"after {reset_name}() the next sequence still attends over the last one's keys{in_layer}: empty "
+                 f"{names} in the reset{where}")
+    return _in_layer(layer, words)
 
 
 def _counter_ahead(module: nn.Module, after: dict[str, int], started: dict[str, int], moved: set[str], number: int,

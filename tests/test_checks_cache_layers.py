@@ -89,6 +89,31 @@ def test_kv_cache_names_the_layer_whose_cached_step_is_wrong(layers, step, cause
     assert check.evidence.endswith(f" — {cause}"), check
 
 
+KEEPS = ("attention {n} of 2 on line {line}: after reset_kv_cache() the next sequence still attends over the last "
+         "one's keys in this layer: empty layers[{i}].cache_k/layers[{i}].cache_v in the reset "
+         "(layers[{i}].reset_cache())")
+RESETS_NOTHING = ("attention {n} of 2 on line {line}: reset_kv_cache() resets nothing in this layer: the second "
+                  "sequence starts at ptr_current_pos = 8, not 0, and still attends over the first one's keys "
+                  "(layers[{i}].cache_k/layers[{i}].cache_v keep them) — in the reset (layers[{i}].reset_cache()), "
+                  "empty layers[{i}].cache_k/layers[{i}].cache_v and set ptr_current_pos back to 0")
+
+
+@pytest.mark.parametrize(("layers", "cause"), [
+    (lambda: (mha(), mha("reset-keeps-cache")), KEEPS.format(n=2, i=1, line=MHA_LINE)),
+    (lambda: (mha("reset-keeps-cache"), mha()), KEEPS.format(n=1, i=0, line=MHA_LINE)),
+    (lambda: (mha(), mha("never-resets")), RESETS_NOTHING.format(n=2, i=1, line=MHA_LINE)),
+], ids=["second-keeps-its-cache", "first-keeps-its-cache", "second-never-resets"])
+def test_kv_cache_names_the_layer_whose_cache_the_reset_keeps(layers, cause):
+    """The model's reset_kv_cache() leaves one layer's cache (and perhaps its position) as the first sequence left it:
+    the failure names that layer as every other layer's failure does, "attention 2 of 2 on line N", and reads that
+    layer's own position counter — where it named the tensors alone and read only the model's ints."""
+    torch.manual_seed(0)
+    check = kv_verdict(um.CachedLayers(*layers()).eval())
+    assert check.status == "fail" and check.evidence.startswith("sequence 2, tokens 0 … 3 (the prefill): the cached "
+                                                                "output differs from the uncached one by "), check
+    assert check.evidence.endswith(f" — {cause}"), check
+
+
 def test_kv_cache_fails_a_layers_position_counter_that_runs_ahead_of_the_tokens():
     """The second layer's counter is one ahead after the prefill: on 4 tokens (no chunk) every output is right, as a
     later row of its causal mask still shows every cached key — failed, naming the layer, as for a model of one
