@@ -21,7 +21,9 @@ When it passes:
   (:class:`_Precision`);
 * for a ``window_size`` that is the cache's length W (:func:`attnviz.window_reading.cache_length`, the book's
   optimized class), the prefill is no longer than W and each step past W is compared with the uncached forward of
-  the last W tokens, those the cache keeps.
+  the last W tokens, those the cache keeps; for a model whose layers each keep one (:func:`_layer_lengths`), the
+  prefill is no longer than the shortest, the steps are compared up to it — past it no uncached forward of the model
+  gives what layers whose caches drop their oldest tokens make —, and each layer's cache is held to its own length.
 
 What a failure names — a step that differs is recorded again beside the whole sequence's forward, and the failure
 names what the evidence shows:
@@ -390,7 +392,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     layers = tuple(layers) if len(layers) > 1 else ()
     n = x.shape[1]
     plan = _cache_plan(module, n)
-    takes_use_cache, cache_name, length, prefill, reset_name = plan
+    takes_use_cache, cache_name, length, prefill, reset_name = plan[:5]
     if not plan.caches:
         return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
     if reset_name is None and cache_name is None:
@@ -414,7 +416,8 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
         try:
             difference, refused = _chunk_else_one_by_one(functools.partial(
                 _cached_difference, module, reset, [x[:1], x[1:2]], prefill,  # two different sequences
-                reset_name=reset_name, precision=precision, length=length, layers=layers), refused)
+                reset_name=reset_name, precision=precision, length=length, layers=layers,
+                compared_to=plan.shortest), refused)
             held = _cache_held(module, reset, x[1:2]) if difference is None else None  # after the second one
             if difference is None and precision.narrow(held):  # a lower-precision tensor that is not the cache
                 difference = precision.failure()
@@ -425,7 +428,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     if difference is not None:
         return Check(rule, "fail", difference)
     words = (f"two sequences, each after {reset_name}(): {_plan_words(n, prefill, refused)}, give the uncached outputs "
-             f"({precision.within()}){_cropped_words(length, n)}")
+             f"({precision.within()}){_cropped_words(length, n)}{_layer_lengths_words(plan.layer_lengths, n)}")
     return _held_verdict(module, _with_refused(words, refused), held, n, sizes, layers=layers)
 
 
@@ -703,13 +706,21 @@ class _CachePlan(NamedTuple):
     """What kv-cache runs on a module, read once for the run, its count and its diagnosis's count alike: whether its
     forward takes ``use_cache``, the name of a cache argument the caller holds (:func:`cache_parameters`), its cache's
     length (the name, W: :func:`attnviz.window_reading.cache_length`, the book's ``window_size``; None: none) and the
-    tokens its prefill feeds at once (:func:`kv_prefill`), and the module's own cache reset (:func:`_reset_name`)."""
+    tokens its prefill feeds at once (:func:`kv_prefill`), and the module's own cache reset (:func:`_reset_name`);
+    for a model that keeps no cache length itself, its layers' own (:func:`_layer_lengths`), the prefill no longer than
+    the shortest."""
 
     takes_use_cache: bool
     cache_name: str | None
     length: tuple[str, int] | None
     prefill: int
     reset_name: str | None
+    layer_lengths: Mapping[str, tuple[str, int]] = {}
+
+    @property
+    def shortest(self) -> int | None:
+        """The shortest of the layers' cache lengths (:attr:`layer_lengths`); None: the layers keep none."""
+        return min((kept for _, kept in self.layer_lengths.values()), default=None)
 
     @property
     def caller_holds(self) -> bool:
@@ -734,8 +745,38 @@ def _cache_plan(module: nn.Module, n: int) -> _CachePlan:
     """kv-cache's plan for ``module`` on n tokens (:class:`_CachePlan`)."""
     takes_use_cache, cache_name = cache_parameters(module)
     length = cache_length(module)
-    return _CachePlan(takes_use_cache, cache_name, length, kv_prefill(n, None if length is None else length[1]),
-                      _reset_name(module))
+    reset_name = _reset_name(module)
+    plan = _CachePlan(takes_use_cache, cache_name, length, kv_prefill(n, None if length is None else length[1]),
+                      reset_name)
+    if length is not None or plan.caller_holds:
+        return plan
+    lengths = _layer_lengths(module)
+    shortest = min((kept for _, kept in lengths.values()), default=None)
+    return plan._replace(prefill=kv_prefill(n, shortest), layer_lengths=lengths) if lengths else plan
+
+
+def _layer_lengths(module: nn.Module) -> dict[str, tuple[str, int]]:
+    """Each submodule's path (``layers[0]``) -> (the name, W) of its own KV cache's length
+    (:func:`attnviz.window_reading.cache_length`: the book's optimized class's ``window_size``), for the submodules
+    that keep one — in a model of such layers, each its own."""
+    return {path: found for path, sub in held_objects(module).items()
+            if path and isinstance(sub, nn.Module) and (found := cache_length(sub)) is not None}
+
+
+def _layer_lengths_words(lengths: Mapping[str, tuple[str, int]], n: int) -> str:
+    """kv-cache's words, after its pass, for a model whose layers keep KV caches of their own lengths (``lengths``:
+    :func:`_layer_lengths`) when the n tokens go past the shortest: up to which token the cached steps were compared,
+    and why not after it."""
+    shortest = min((kept for _, kept in lengths.values()), default=None)
+    if shortest is None or n <= shortest:
+        return ""
+    named = [f"{path}.{name} = {kept}" for path, (name, kept) in lengths.items()]
+    which = (f"{named[0]} is that layer's KV cache length" if len(named) == 1 else
+             f"{', '.join(named[:-1])} and {named[-1]} are those layers' KV cache lengths")
+    return (f" up to token {shortest - 1}; {which} (mask-convention: not attention windows), so from token {shortest} "
+            "on the model's cached outputs are not compared with its uncached ones: a layer whose cache is full drops "
+            "its oldest tokens by the class's design, so its later tokens see fewer keys than the whole sequence's, "
+            "and the layers after it read what it makes of them")
 
 
 def _reset_name(module: nn.Module) -> str | None:
@@ -795,7 +836,7 @@ def diagnosis_forwards(module: nn.Module, n: int) -> int:
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int, *,
                        reset_name: str = "reset_cache", chunk: bool = True,
                        precision: _Precision | None = None, length: tuple[str, int] | None = None,
-                       layers: Sequence[AttentionLayer] = ()) -> str | None:
+                       layers: Sequence[AttentionLayer] = (), compared_to: int | None = None) -> str | None:
     """The first cached forward that raises, or whose output differs from the uncached one, with its likely cause
     (None: none).  An uncached forward that raises is a TraceError: the module fails without its cache too.
     ``chunk``: the last tokens in one forward (:func:`kv_steps`); one that raises on them is
@@ -804,7 +845,8 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
     length (:func:`attnviz.window_reading.cache_length`): a step that ends past W is compared with the uncached forward
     of the last W tokens (:func:`kv_cropped`), computed before any cached forward, as an uncached forward may reset
     the cache's pointer.  ``layers``: a model's attentions, read one by one for a step that differs
-    (:func:`_cache_cause`)."""
+    (:func:`_cache_cause`).  ``compared_to``: the shortest of a model's layers' cache lengths
+    (:attr:`_CachePlan.shortest`): a step that ends past it is run, its output not compared."""
     precision = _Precision() if precision is None else precision
     # whose position counters are read: the module, then each of its attention layers (None: not known)
     counting = [module, *(None if layer.module is module else layer.module for layer in layers)]
@@ -852,7 +894,7 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                 precision.learn({name: held for name, (held, _) in now.items()
                                  if not _same_held(emptied.get(name), now[name])}, whole)
                 worst = (got.float() - wanted.float()).abs().nan_to_num(nan=math.inf).max().item()
-                if worst > TOLERANCE:
+                if worst > TOLERANCE and (compared_to is None or stop <= compared_to):
                     counter, *per_layer = [_counter(then, now_ints, changed, number, forwards)
                                            for then, now_ints, changed in zip(before, after, moved)]
                     cause = (_reset_cause(reset_name, left, counter, layers, per_layer) if number == 2 and left
@@ -1480,7 +1522,8 @@ class _OverWindow(NamedTuple):
 def _over_window(module: nn.Module, held: _CacheHeld, layers: dict[str, tuple[str, int | None]],
                  sizes: Mapping[str, int] | None = None) -> _OverWindow | None:
     """The tensor holding the most tokens when it holds more than W — the window the module, or its submodules,
-    declare (:func:`_kept_window`), else ``sizes``'; for a module whose layers declare different windows (the book's
+    declare (:func:`_kept_window`; not the cache length of one of its layers, :func:`_layer_lengths`), else
+    ``sizes``'; for a module whose layers declare different windows (the book's
     ``06_swa`` model: window layers and, every ``sliding_window_stride``-th, a full one), each tensor against its own
     layer's window (``layers``: :func:`_held_windows`), a full layer's keeping every token; None when none holds
     more."""
@@ -1493,6 +1536,8 @@ def _over_window(module: nn.Module, held: _CacheHeld, layers: dict[str, tuple[st
         longest = max(over, key=held.tokens.get)
         return _OverWindow(longest, over[longest][1], over[longest][0], layers,
                            tuple(dict.fromkeys(layer for layer, _ in over.values())))
+    if cache_length(module) is None and _layer_lengths(module):
+        window = None  # its layers' own cache lengths, each held to its own layer's tensors above
     window = window or dict(sizes or {}).get("sliding_window_size")
     longest = max(held.tokens, key=held.tokens.get, default=None)
     if window is None or longest is None or held.tokens[longest] <= window:
@@ -1522,9 +1567,10 @@ def _held_windows(module: nn.Module, held: _CacheHeld, owners: Mapping[str, Atte
                   caller_holds: bool = False) -> dict[str, tuple[str, int | None]]:
     """Each cache tensor -> (its layer, that layer's window) as kv-cache holds the tensors of a module whose layers
     declare different windows: :func:`_tensor_windows` for a module that keeps no one window (:func:`_kept_window`),
-    else :func:`_beside_plain_layers`; for a cache the caller holds (``caller_holds``), each entry's attention layer
-    (``owners``: :func:`_tensor_layers`) and the window it keeps (None: a full layer), when one of them keeps one."""
-    if caller_holds:
+    else :func:`_beside_plain_layers`; for a cache the caller holds (``caller_holds``), or a model whose layers keep
+    their own cache lengths (:func:`_layer_lengths`), each tensor's attention layer (``owners``:
+    :func:`_tensor_layers`) and the window it keeps (None: a full layer), when one of them keeps one."""
+    if caller_holds or (cache_length(module) is None and _layer_lengths(module)):
         return _entry_windows(owners or {})
     windows = layer_windows(module)
     return (_tensor_windows(held, windows) if _kept_window(module) is None

@@ -1,7 +1,8 @@
 """kv-cache reads a model of several attention layers layer by layer: a cached step that differs is named by the layer
 whose step shows why ("attention 2 of 2 on line N: …"), held to that layer's own window, position counter and rotary;
 each layer's cache is held to its own sizes, and a cache the caller holds to each layer's window; a block that wraps
-one attention is held to the wrapped attention's window."""
+one attention is held to the wrapped attention's window; layers that keep their own cache lengths (the book's
+``window_size``) are each read with their own; a reset that keeps one layer's cache names that layer."""
 
 import inspect
 
@@ -197,3 +198,43 @@ def test_kv_cache_holds_a_wrapped_attentions_cache_to_its_window(bug, verdict_wo
     attention's W = 3, not to a window of its own or none."""
     torch.manual_seed(0)
     assert kv_verdict(um.WrapsCachedAttention(swa(bug)).eval()) == checks.Check("kv-cache", *verdict_words)
+
+
+def cache_length_mha(window_size, bug=None):
+    return um.CacheLengthMHA(16, 16, 16, 0.0, 4, window_size=window_size, bug=bug)  # the book's optimized class
+
+
+LENGTHS_PLAN = ("two sequences, each after reset_kv_cache(): a prefill of {prefill} tokens, then {one_by_one} tokens "
+                "one by one and the last 2 in one forward (a chunk after the cache), give the uncached outputs "
+                "(≤ 1e-05) up to token {last}; {lengths} (mask-convention: not attention windows), so from token "
+                "{shortest} on the model's cached outputs are not compared with its uncached ones: a layer whose cache "
+                "is full drops its oldest tokens by the class's design, so its later tokens see fewer keys than the "
+                "whole sequence's, and the layers after it read what it makes of them")
+
+
+@pytest.mark.parametrize(("layers", "words"), [
+    (lambda: (cache_length_mha(3), cache_length_mha(5)),
+     LENGTHS_PLAN.format(prefill=3, one_by_one=3, last=2, shortest=3, lengths="layers[0].window_size = 3 and "
+                         "layers[1].window_size = 5 are those layers' KV cache lengths")),
+    (lambda: (mha(), cache_length_mha(6)),
+     LENGTHS_PLAN.format(prefill=4, one_by_one=2, last=5, shortest=6,
+                         lengths="layers[1].window_size = 6 is that layer's KV cache length")),
+], ids=["two-lengths", "full-then-length"])
+def test_kv_cache_reads_each_layers_own_cache_length(layers, words):
+    """Layers of the book's optimized class, each with its own ``window_size`` (its KV cache's length): the prefill
+    fits the shortest cache, and the cached steps are compared with the uncached outputs until a cache is full — where
+    the model's own length was read (none) and its layer raised "the chunk is longer than the KV cache" on a prefill
+    longer than its cache, or its full cache's steps were failed against the whole sequence, and a full layer beside
+    it was failed for keeping more than that layer's cache length."""
+    torch.manual_seed(0)
+    check = kv_verdict(um.CachedLayers(*layers()).eval())
+    assert check.status == "pass" and check.evidence.startswith(words), check
+
+
+def test_kv_cache_still_fails_a_layers_step_before_the_shortest_cache_is_full():
+    """The layer beside one whose cache is 6 long builds its mask for the new tokens alone: token 4 is compared, and
+    the layer is named."""
+    torch.manual_seed(0)
+    check = kv_verdict(um.CachedLayers(cache_length_mha(6), mha("mask-for-new-tokens")).eval())
+    assert check.status == "fail" and check.evidence.startswith("sequence 1, token 4: "), check
+    assert check.evidence.endswith(f" — attention 2 of 2 on line {MHA_LINE}: {NEW_TOKENS_MASK}"), check
