@@ -771,9 +771,10 @@ def _layer_lengths_words(lengths: Mapping[str, tuple[str, int]], n: int) -> str:
     if shortest is None or n <= shortest:
         return ""
     named = [f"{path}.{name} = {kept}" for path, (name, kept) in lengths.items()]
-    which = (f"{named[0]} is that layer's KV cache length" if len(named) == 1 else
-             f"{', '.join(named[:-1])} and {named[-1]} are those layers' KV cache lengths")
-    return (f" up to token {shortest - 1}; {which} (mask-convention: not attention windows), so from token {shortest} "
+    which = (f"{named[0]} is that layer's KV cache length (mask-convention: not an attention window)"
+             if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]} are those layers' KV cache lengths "
+             "(mask-convention: not attention windows)")
+    return (f" up to token {shortest - 1}; {which}, so from token {shortest} "
             "on the model's cached outputs are not compared with its uncached ones: a layer whose cache is full drops "
             "its oldest tokens by the class's design, so its later tokens see fewer keys than the whole sequence's, "
             "and the layers after it read what it makes of them")

@@ -206,7 +206,7 @@ def cache_length_mha(window_size, bug=None):
 
 LENGTHS_PLAN = ("two sequences, each after reset_kv_cache(): a prefill of {prefill} tokens, then {one_by_one} tokens "
                 "one by one and the last 2 in one forward (a chunk after the cache), give the uncached outputs "
-                "(≤ 1e-05) up to token {last}; {lengths} (mask-convention: not attention windows), so from token "
+                "(≤ 1e-05) up to token {last}; {lengths}, so from token "
                 "{shortest} on the model's cached outputs are not compared with its uncached ones: a layer whose cache "
                 "is full drops its oldest tokens by the class's design, so its later tokens see fewer keys than the "
                 "whole sequence's, and the layers after it read what it makes of them")
@@ -215,10 +215,12 @@ LENGTHS_PLAN = ("two sequences, each after reset_kv_cache(): a prefill of {prefi
 @pytest.mark.parametrize(("layers", "words"), [
     (lambda: (cache_length_mha(3), cache_length_mha(5)),
      LENGTHS_PLAN.format(prefill=3, one_by_one=3, last=2, shortest=3, lengths="layers[0].window_size = 3 and "
-                         "layers[1].window_size = 5 are those layers' KV cache lengths")),
+                         "layers[1].window_size = 5 are those layers' KV cache lengths (mask-convention: not "
+                         "attention windows)")),
     (lambda: (mha(), cache_length_mha(6)),
      LENGTHS_PLAN.format(prefill=4, one_by_one=2, last=5, shortest=6,
-                         lengths="layers[1].window_size = 6 is that layer's KV cache length")),
+                         lengths="layers[1].window_size = 6 is that layer's KV cache length (mask-convention: "
+                         "not an attention window)")),
 ], ids=["two-lengths", "full-then-length"])
 def test_kv_cache_reads_each_layers_own_cache_length(layers, words):
     """Layers of the book's optimized class, each with its own ``window_size`` (its KV cache's length): the prefill
