@@ -634,7 +634,11 @@ def test_a_classs_source_is_read_once_and_is_the_class_that_ran(monkeypatch):
         pass
 
     first, again = (tracing.trace_module(Fresh().eval(), "Your journey starts") for _ in range(2))
-    assert reads == [Fresh]
+    # the class that ran and the class whose forward holds the stages' lines (code_places), each read once however
+    # many texts run; a method's own lines (read from its code's first line, not by parsing the file) once a method
+    classes = [read for read in reads if inspect.isclass(read)]
+    assert Fresh in classes and set(classes) <= {Fresh, um.MyMultiHeadAttention}
+    assert len(reads) == len(set(reads))
     assert first.module_run.source == again.module_run.source == "".join(original(Fresh)[0])
     assert first.module_run.source.lstrip().startswith("class Fresh(um.MyMultiHeadAttention):")
     assert first.module_run.first_line == again.module_run.first_line == original(Fresh)[1]
