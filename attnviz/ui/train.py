@@ -33,6 +33,7 @@ from attnviz.words import markdown_escape
 POLL_SECONDS = 1.0
 MAX_TRAININGS_ENV = "ATTNVIZ_MAX_TRAININGS"
 MAX_CURVE_POINTS = 800  # loss points drawn (the mean is computed over every step)
+BOX_PX = 200  # the steps and seed boxes' width: two of them fit beside each other in an 800 px window
 
 
 def max_trainings() -> int:
@@ -133,30 +134,31 @@ def controls() -> None:
         job.touch()  # this tab is looking (also keeps its ended job, and the run it holds, from the reaping)
     job_board().reap()  # ended jobs of closed tabs (and the models they hold) are dropped
     running = job is not None and job.running
-    steps_col, seed_col, start_col, stop_col = st.columns([2, 2, 1, 1], vertical_alignment="bottom")
-    steps = steps_col.text_input(
+    # one row where the boxes and the buttons fit, the buttons on the next where they do not: never a label cut short
+    row = st.container(horizontal=True, vertical_alignment="bottom")
+    steps = row.text_input(
         "Training steps", max_chars=BOX_CHARS, placeholder=f"a whole number, {span(steps_range)}",
         help=f"{span(steps_range)}. Each step trains on one batch of {cfg.batch_size} repeated random sequences of "
              f"{cfg.seq_len} tokens. {recommended} (the default): the induction head forms around steps 250–300 for "
              "seeds 0–9, about 35–40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token "
              "heads.",
-        **box_bind("train_steps", recommended, TRAIN_STEPS))
-    seed = seed_col.text_input(
+        width=BOX_PX, **box_bind("train_steps", recommended, TRAIN_STEPS))
+    seed = row.text_input(
         "Seed", max_chars=BOX_CHARS, placeholder=f"a whole number, {span(seed_range)}",
         help=f"{span(seed_range)}. Decides the initial weights and the order of the data: the same seed gives the "
              "same run.",
-        **box_bind("train_seed", 0, TRAIN_SEED))
+        width=BOX_PX, **box_bind("train_seed", 0, TRAIN_SEED))
     own_link(link, {TRAIN_STEPS: steps, TRAIN_SEED: seed}, model_left_out(),
              warn=ended_run() is not None)  # a model trained here: the link does not hold it
     refused = [problem for problem in (box_problem("Training steps", steps, steps_range),
                                        box_problem("Seed", seed, seed_range)) if problem is not None]
     training = running and not job.stopping  # a stopped one ending its step: Start waits for it (_start)
-    start = start_col.button("Start training", key="train_start", type="primary", icon=":material/play_arrow:",
-                             disabled=bool(refused) or training,
-                             help="A training is running in this tab: Stop it, or wait for it to end, to start another."
-                             if training else None)
-    stop_col.button("Stop", key="train_stop", disabled=not running, icon=":material/stop:",
-                    on_click=_stop, help="Stops after the current step; the model trained so far is kept.")
+    start = row.button("Start training", key="train_start", type="primary", icon=":material/play_arrow:",
+                       disabled=bool(refused) or training,
+                       help="A training is running in this tab: Stop it, or wait for it to end, to start another."
+                       if training else None)
+    row.button("Stop", key="train_stop", disabled=not running, icon=":material/stop:",
+               on_click=_stop, help="Stops after the current step; the model trained so far is kept.")
     if refused:  # Start trains what the boxes show, or nothing
         each = "the box holds a number in that range" if len(refused) == 1 else "each box holds a number in its range"
         st.warning(markdown_escape(f"{'; '.join(refused)}: Start trains nothing until {each}."),
