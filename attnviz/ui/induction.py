@@ -34,6 +34,7 @@ from attnviz.words import markdown_escape
 CHECKPOINT_CAUSAL = ("The lab runs the model with its causal mask, as it was trained: the sidebar's *Causal mask* "
                      "(off) applies to the other pages.")
 MAX_SEED = 2**31 - 1  # the seed input's bound
+SELECT_PX = 180  # the layer and head boxes' width: a label whole ("layer 11 · 0.74"), the two side by side at 800 px
 NO_LOSS = ("The book's classes are one attention layer on seeded random embeddings, with no language-model "
            "head: they predict no tokens, so there is no loss to show. Pick a trained model under *Weights* "
            "in the sidebar (the bundled model, or one trained on the Train page) to see the loss drop on the "
@@ -223,12 +224,12 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
         st.caption(f"The map below opens on the best head, {where}; pick any layer and head here (the sidebar's "
                    "*Layer* is the other pages').")
     url_notices("induction_layer", "induction_head")
-    layer_col, head_col, _ = st.columns([1, 1, 2])
+    row = st.container(horizontal=True)  # the two boxes, each wide enough for its label ("layer 11 · 0.74")
     layer = run.layer
     if layers > 1:
         best_in = tuple(f"layer {i} · {float(np.nanmax(row)):.2f}" for i, row in enumerate(run.scores))  # (layers,)
-        layer = layer_col.selectbox(  # format_func keeps no run; the box reads this T's scores (page_bind's labels)
-            "Layer", list(range(layers)), format_func=best_in.__getitem__,
+        layer = row.selectbox(  # format_func keeps no run; the box reads this T's scores (page_bind's labels)
+            "Layer", list(range(layers)), format_func=best_in.__getitem__, width=SELECT_PX,
             help="The layer of the map below, with its best induction score: at first the best head's.",
             **page_bind("induction_layer", best_layer, lambda v: isinstance(v, int) and 0 <= v < layers,
                         url=MAP_LAYER, labels=best_in))
@@ -245,9 +246,9 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
             return
     default = best_head if layer == best_layer else int(run.scores[layer].argmax())
     scores = tuple(f"head {h} · {float(score):.2f}" for h, score in enumerate(run.scores[layer]))  # not the run
-    head = head_col.selectbox("Head", list(range(heads)), format_func=scores.__getitem__,
-                              **page_bind("induction_head", default, lambda h: isinstance(h, int) and 0 <= h < heads,
-                                          url=HEAD, labels=scores))
+    head = row.selectbox("Head", list(range(heads)), format_func=scores.__getitem__, width=SELECT_PX,
+                         **page_bind("induction_head", default, lambda h: isinstance(h, int) and 0 <= h < heads,
+                                     url=HEAD, labels=scores))
     tokens = [t.piece for t in pieces(run.token_ids.tolist())]
     name = head_figures.head_name(layer, head) if layered else f"head {head}"
     if page_run.config.checkpoint is None:

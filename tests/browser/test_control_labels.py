@@ -1,5 +1,6 @@
 """Every button and selectbox of a page's main area shows its whole label in a real Chromium, in an 800 px window with
-the sidebar open as in a wide one: the Train page's Start training and Stop beside the steps and seed boxes."""
+the sidebar open as in a wide one: the Train page's Start training and Stop beside the steps and seed boxes, the
+Induction lab's Layer and Head boxes with the score each option names."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ _CUT = """() => {
 # what each page must show whole: a control the page draws, by its text
 PAGES = {
     "/train": ["Start training", "Stop"],
+    "/induction?weights=bundled+model": ["layer 1 · 0.", "head 0 · 0."],  # the best head's layer and head
 }
 
 
