@@ -34,6 +34,8 @@ from attnviz.words import amount
 
 PROG = "attnviz"
 DEFAULT_D_IN = DEFAULT_CONTEXT_LENGTH = 64  # attnviz check's sizes when --d-in / --context-length are not given
+# TrainConfig's steps and seed, which --help names without importing torch (tests/test_cli.py holds them equal)
+RECIPE_STEPS, RECIPE_SEED = 4000, 0
 DEFAULT_THREADS = 2  # attnviz train's torch threads when --threads is not given (fewer on a one-CPU machine)
 
 
@@ -141,8 +143,9 @@ def add_train_command(commands) -> argparse.ArgumentParser:
                     "(attnviz.labs.train.TrainConfig), then write model.safetensors, config.json and training.json.")
     train.add_argument("--out", required=True,
                        help="directory to write (model.safetensors, config.json, training.json)")
-    train.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
-    train.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
+    train.add_argument("--steps", type=int, default=None,
+                       help=f"training steps (default: the recipe's, {RECIPE_STEPS:,})")
+    train.add_argument("--seed", type=int, default=None, help=f"random seed (default: the recipe's, {RECIPE_SEED})")
     train.add_argument("--threads", type=int, default=None,
                        help=f"torch threads, at most the machine's CPUs (default {DEFAULT_THREADS})")
     train.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",

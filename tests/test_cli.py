@@ -404,6 +404,16 @@ def test_check_help_says_a_skip_exits_0_and_what_no_causal_means():
     assert "--no-causal the module should not mask the future" in text
 
 
+def test_train_help_names_the_recipes_steps_and_seed():
+    """``attnviz train --help`` says how many steps and which seed a run without ``--steps``/``--seed`` trains with:
+    the recipe's, TrainConfig's."""
+    from attnviz.labs.train import TrainConfig
+
+    text = help_text("train")
+    assert f"--steps STEPS training steps (default: the recipe's, {TrainConfig.steps:,})" in text
+    assert f"--seed SEED random seed (default: the recipe's, {TrainConfig.seed})" in text
+
+
 @pytest.mark.parametrize("command", ["check", "train", None])
 def test_help_reads_in_80_columns(command, monkeypatch):
     """``--help`` in an 80-column terminal: a description of at most 3 lines, each option's help in at most 3, no line
