@@ -50,9 +50,15 @@ def clipped(value, limit: int = CLIPPED_LENGTH) -> str:
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
 
 
+# "--" standing alone (a space or an end on each side, as in ``streamlit run app.py -- --module``), escaped: Streamlit's
+# Markdown draws it as "—" even escaped, so a command shown would not run; a code span keeps it two hyphens
+LONE_DASHES = re.compile(r"(?<!\S)\\-\\-(?!\S)")
+
+
 def markdown_escape(text: str) -> str:
-    """Backslash-escape Markdown so user-derived text (URL values, messages) shows literally."""
-    return MARKDOWN_SPECIALS.sub(r"\\\1", text)
+    """Backslash-escape Markdown so user-derived text (URL values, messages) shows literally — also a lone "--", which
+    Streamlit would draw as a dash: in a code span."""
+    return LONE_DASHES.sub("`--`", MARKDOWN_SPECIALS.sub(r"\\\1", text))
 
 
 def window_sees(window: int) -> str:

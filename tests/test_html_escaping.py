@@ -37,3 +37,11 @@ def test_markdown_escape_defuses_links_and_html():
     escaped = ui.markdown_escape("[a](javascript:alert(1)) **b** <img src=x>")
     assert re.search(r"(?<!\\)[\[\]()*<>]", escaped) is None  # every special character is escaped
     assert escaped.replace("\\", "") == "[a](javascript:alert(1)) **b** <img src=x>"
+
+
+@pytest.mark.parametrize(("text", "kept"), [("streamlit run app.py -- --module a.py:A", "app\\.py `--` \\-\\-module"),
+                                            ("a -- b", "a `--` b"), ("a--b", "a\\-\\-b"), ("(-- x)", "\\(\\-\\- x\\)")])
+def test_markdown_escape_keeps_a_lone_double_hyphen_two_hyphens(text, kept):
+    """Streamlit draws a lone "--" as "—" however it is escaped; in a code span it stays "--" (a command reads as
+    typed).  "--" inside a word or after a bracket is drawn as it is, and only escaped."""
+    assert kept in ui.markdown_escape(text)
