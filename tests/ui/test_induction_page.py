@@ -75,7 +75,7 @@ def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
         assert decode(stripe_of(figure(at, "head 0: weights on [BOS] + x + x (T = 25)"))["y"]).tolist() == \
             list(range(26, 51))  # the default T's sequence, n = 51
         assert at.query_params["T"] in (typed, [typed]) or typed == ""  # the link reopens the box as it is
-    at.text_input(key="induction_T").input("1,0").run()  # a whole number, written the way the URL holds one
+    at.text_input(key="induction_T").input(" +10 ").run()  # a whole number, written back the way the URL holds one
     assert at.text_input(key="induction_T").value == "10"
     assert [w.value.replace("\\", "") for w in at.warning] == [knockout_notice]
     assert figure(at, "head 0: weights on [BOS] + x + x (T = 10)")
