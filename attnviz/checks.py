@@ -626,6 +626,18 @@ def sums_to_one(sums: torch.Tensor) -> torch.Tensor:
     return torch.abs(sums - 1) <= ROW_SUM_TOLERANCE  # same shape as sums
 
 
+def _blind_rows(rows: torch.Tensor, sums: torch.Tensor) -> str:
+    """Words for the rows a pass leaves out — those whose every key the mask hides (``rows`` False), which no sum
+    can judge — naming what their weights are and the rule that judges them; "" when there are none."""
+    blind = ~rows  # (b, h, nq)
+    if not blind.any():
+        return ""
+    count, nan = int(blind.sum()), bool(torch.isnan(sums[blind]).any())
+    are = "are NaN (a softmax of 0/0)" if nan else "sum to " + _sum_words(sums[blind][0].item())
+    row = "row hides" if count == 1 else "rows hide"
+    return f"; {count} {row} every key, and their weights {are}: mask-convention judges that"
+
+
 def rows_sum_to_one(attention: tracing.Attention) -> Check:
     rule = "rows-sum-to-one"
     weights = attention.weights.float() * attention.weights_scale  # (b, h, nq, nk): what multiplies V
@@ -642,7 +654,8 @@ def rows_sum_to_one(attention: tracing.Attention) -> Check:
                 f"{shortest:.3g})")
     bad = rows & ~sums_to_one(sums)  # (b, h, nq)
     if not bad.any():
-        return Check(rule, "pass", f"all {int(rows.sum())} rows with a visible key sum to 1{sink}")
+        left = _blind_rows(rows, sums)
+        return Check(rule, "pass", f"all {int(rows.sum())} rows with a visible key sum to 1{sink}{left}")
     item, head, row = (int(i) for i in bad.nonzero()[0])
     where = (f"item {item}, " if item else "") + (f"head {head}, " if weights.shape[1] > 1 else "")
     value = _sum_words(sums[item, head, row].item())

@@ -429,6 +429,17 @@ def test_a_mask_that_hides_the_diagonal_names_the_query_left_with_no_key():
                                  "softmax is 0/0: NaN weights")
 
 
+@pytest.mark.parametrize(("fill", "weights"), [("-inf", "are NaN (a softmax of 0/0)"), ("min", "sum to 1")])
+def test_rows_sum_to_one_says_which_rows_its_pass_leaves_out(fill, weights):
+    """A pass of rows-sum-to-one beside NaN weights reads as if every row were fine: it names the rows that hide
+    every key, which no sum judges, and the rule that does."""
+    torch.manual_seed(0)
+    check = verdict(um.DiagonalHidden(fill=fill).eval(), "rows-sum-to-one", rules=["rows-sum-to-one"])
+    assert check.status == "pass" and check.evidence.endswith(
+        f"rows with a visible key sum to 1; 4 rows hide every key, and their weights {weights}: mask-convention "
+        "judges that"), check
+
+
 def test_a_mask_that_hides_the_past_instead_of_the_future_says_so():
     torch.manual_seed(0)
     check = verdict(um.TrilInsteadOfTriu().eval(), "mask-convention")
