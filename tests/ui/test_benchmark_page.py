@@ -4,6 +4,7 @@ for the pages that read it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,9 @@ def test_the_benchmark_ignores_an_empty_text_and_keeps_it():
     at.button(key="benchmark_run").click().run()
     no_exception(at)
     assert len(at.dataframe[0].value) >= 4  # every implementation timed
+    # its numbers drawn as the bars write them: two decimals ("1.00" beside "1.91", not "1")
+    columns = json.loads(at.dataframe[0].proto.columns)
+    assert columns["median ms"]["type_config"]["format"] == columns["× fastest"]["type_config"]["format"] == "%.2f"
     assert at.sidebar.text_area(key="text").value == ""
     at.switch_page("pages/heads.py").run()  # kept for the pages that read it, which say it is empty
     no_exception(at)
