@@ -543,7 +543,7 @@ def test_a_mask_filled_with_0_is_drawn_and_explained_as_the_module_ran_it(monkey
     assert "the softmax takes **0.0000**" in summary and weight in summary, summary
     explained = next(fig for fig in figures(at) if {t.get("name") for t in fig["data"]} >= {"scaled", "weight"})
     title = explained["layout"]["title"]["text"].replace("<br>", " ")
-    assert "exp(0) ÷ Σ over the row's visible keys of exp(softmax input)" in title, title
+    assert "exp(0.0000) ÷ Σ over the row's visible keys of exp(softmax input)" in title, title  # as the line beside it
     np.testing.assert_allclose(decode(next(t for t in explained["data"] if t["name"] == "scaled")["y"]), row,
                                atol=1e-6)
 

@@ -71,7 +71,7 @@ def test_why_this_weight_adds_up_from_what_the_softmax_took():
     np.testing.assert_allclose(why.weight, np.exp(row[3]) / np.exp(row).sum(), rtol=1e-5)
     figure = explain_figures.row_softmax_figure(why, trace.tokens).to_plotly_json()
     title = figure["layout"]["title"]["text"].replace("<br>", " ")
-    assert "exp(0) ÷ Σ over the row's visible keys of exp(softmax input)" in title, title
+    assert "exp(0.0000) ÷ Σ over the row's visible keys of exp(softmax input)" in title, title  # as the line beside it
     bars = next(t for t in figure["data"] if t.get("name") == "scaled")
     np.testing.assert_allclose(decode(bars["y"]), row, atol=1e-6)  # the upper panel draws what the softmax took
     assert "the softmax takes 0" in explain_figures.products_figure(why).layout.title.text.replace("<br>", " ")
