@@ -633,18 +633,19 @@ def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarra
         go.Bar(x=labels, y=entropy_scaled, name="softmax(scores ÷ √dₖ)"),
         go.Bar(x=labels, y=entropy_unscaled, name="softmax(scores) — no scaling"),
     ])
-    below = margins.across(labels, title=False)  # the turned token labels, then the legend at the figure's foot
+    below = margins.labels_under(labels, angle=60)  # the turned token labels, then the legend at the figure's foot
+    # one series a row, whatever the page's width: the margin holds the same legend at any width
+    legend, legend_px = margins.legend_one_a_row([trace.name for trace in fig.data])
     title = "entropy of each query's weights (nats; 0 = saturated on one key)"
     title = title if width is None else margins.wrapped_title(title, width, 13)
     top = margins.title_top(title.count("<br>") + 1, 13)
     fig.update_layout(
         title=margins.title(title, 13),
-        barmode="group", height=130 + top + below + 2 * margins.LEGEND_ROW_PX,
-        margin={"l": margins.beside(title=False), "r": margins.TURNED_LABELS_PX, "t": top,
-                "b": below + 2 * margins.LEGEND_ROW_PX},
-        legend=margins.LEGEND_AT_FOOT,
+        barmode="group", height=130 + top + below + legend_px,
+        margin={"l": margins.beside(title=False), "r": margins.TURNED_LABELS_PX, "t": top, "b": below + legend_px},
+        legend=legend,
     )
-    fig.update_xaxes(type="category", tickangle=-60, **margins.LABELS_HELD)
+    fig.update_xaxes(type="category", tickangle=-60, automargin=False, **margins.LABELS_HELD)
     return fig
 
 

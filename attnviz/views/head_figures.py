@@ -155,8 +155,8 @@ def score_grid(scores: dict[str, np.ndarray], *, title: str = "", names=None) ->
     head_labels, layer_labels = [f"H{h}" for h in range(heads)], [f"L{layer}" for layer in range(layers)]
     angle = 0 if heads * len(names) <= UPRIGHT_HEAD_LABELS else -90  # more would overlap: Plotly would turn them
     fig.update_yaxes(autorange="reversed", type="category", **margins.LABELS_HELD)
-    fig.update_xaxes(type="category", side="bottom", tickangle=angle, **margins.LABELS_HELD)
-    below = margins.across(head_labels, angle=angle, title=False)
+    fig.update_xaxes(type="category", side="bottom", tickangle=angle, automargin=False, **margins.LABELS_HELD)
+    below = margins.labels_under(head_labels, angle=angle)
     # the title under the modebar's row, then the panels' titles; without a title, the panels' titles under it
     top = (margins.title_top(size=14, above_plot=margins.SUBPLOT_TITLE_PX) if title
            else margins.MODEBAR_PX + margins.SUBPLOT_TITLE_PX)

@@ -30,8 +30,8 @@ def ablation_grid_figure(delta: np.ndarray, intact: float, *, title: str = "") -
         colorbar={"title": "Δ loss", "thickness": 12},
         hovertemplate="%{y}, %{x} knocked out<br>loss on the repeat %{z:+.3f} nats<extra></extra>"))
     fig.update_yaxes(autorange="reversed", **margins.LABELS_HELD)
-    fig.update_xaxes(tickangle=angle, **margins.LABELS_HELD)
-    below = margins.across(head_labels, angle=angle, title=False)
+    fig.update_xaxes(tickangle=angle, automargin=False, **margins.LABELS_HELD)
+    below = margins.labels_under(head_labels, angle=angle)
     fig.update_layout(title=margins.title(title or f"knock out one head: change in the loss on the second copy "
                                                    f"(intact {intact:.2f} nats)", 14),
                       height=30 + margins.title_top(size=14) + below + 40 * layers,

@@ -188,6 +188,15 @@ def turned_labels(labels: Iterable[str], *, angle: float = 60, size: float = TIC
     return TURNED_LABEL_GAP_PX + math.ceil(box)
 
 
+def labels_under(labels: Iterable[str], *, angle: float = 0, size: float = TICK_FONT_PX) -> int:
+    """The margin under a horizontal axis with no title whose tick labels ``size`` px stand upright (``angle`` 0) or
+    are turned ``angle`` degrees, as Chromium draws them: an upright line's box, or the turned labels' box
+    (:func:`turned_labels`), no more."""
+    if angle == 0:
+        return TICK_LABEL_TOP_PX + math.ceil(TICK_LINE_EM * size)
+    return turned_labels(labels, angle=angle, size=size)
+
+
 def turned_axis(labels: Iterable[str], *, angle: float = 60, size: float = TICK_FONT_PX,
                 title_size: float = AXIS_TITLE_FONT_PX) -> int:
     """The margin under (or above) a horizontal axis whose tick labels ``size`` px are turned ``angle`` degrees and

@@ -3,7 +3,10 @@ token map and "why this weight" panel (its products, the softmax over the row, s
 page's pair, the Compare page's cards and the Induction lab's stripe map.  Around each turned axis its labels, then its
 title, then the figure's foot, the next panel's title or the chart's title (with the title's gap): no band left empty
 (a margin made for more than Chromium draws there), nothing clipped or overlapping, no margin widened by Plotly (drawn
-twice); over the products chart's bars, its title then the bars' names, no band between them."""
+twice); over the products chart's bars, its title then the bars' names, no band between them.  Under the charts whose
+token or head labels have no axis title (the Steps page's entropy bars, the Pitfall lab's bar charts, the layers ×
+heads score grids and the knock-out grid, upright or turned), the labels end where the legend or the figure's foot
+begins."""
 
 from __future__ import annotations
 
@@ -11,7 +14,15 @@ import re
 import urllib.parse
 
 import pytest
-from helpers.browser import grown_margins, runs, visit, wait_expanded, wait_idle
+from helpers.browser import (
+    bands_under_axes,
+    grown_margins,
+    runs,
+    serving_checkpoints,
+    visit,
+    wait_expanded,
+    wait_idle,
+)
 
 from attnviz.views.margins import TITLE_GAP_PX
 
@@ -108,3 +119,60 @@ def test_a_turned_axis_holds_its_labels_and_title_and_no_empty_band(page, base_u
     wide = [(chart["chart"], where, round(band, 1)) for chart in found for where, band in _bands(chart)
             if not 0 <= band <= BAND_PX]
     assert not wide, wide
+
+
+WIDE = "sixteen-heads"  # a checkpoint whose heads are too many for upright labels on the score and knock-out grids
+BUNDLED = urllib.parse.quote("bundled model")
+
+
+@pytest.fixture(scope="module")
+def wide_url(tmp_path_factory, browser_available):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    folder = tmp_path_factory.mktemp("checkpoints")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=16, n_embd=256, n_positions=512)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder / WIDE)
+    with serving_checkpoints(folder) as running:
+        yield running.url
+
+
+def _show_every_layer(page) -> None:
+    """Tick the Heads page's "Show all N layers", whose run draws every layer's score grid."""
+    before = runs(page)
+    page.get_by_test_id("stMain").get_by_test_id("stCheckbox").filter(
+        has_text=re.compile(r"Show all \d+ layers")).locator("label").click()
+    wait_idle(page, after=before)
+
+
+def _assert_labels_end_the_room(page, texts: list[str], charts: int) -> None:
+    found = bands_under_axes(page, texts)
+    assert len(found) >= charts, [chart["chart"] for chart in found]
+    assert grown_margins(page) == []
+    wide = [(chart["chart"], round(chart["band"], 1)) for chart in found if not 0 <= chart["band"] <= BAND_PX]
+    assert not wide, wide
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+@pytest.mark.parametrize(("route", "texts", "charts"), [
+    ("steps?stage=scaled", ["entropy of each query"], 1),
+    ("pitfalls?bug=softmax_dim", ["perturb token", "sum of each query"], 2),  # the leak detector's and the bug's
+    ("pitfalls?bug=cache_reset", ["cached vs uncached"], 1),  # upright step labels
+    (f"induction?weights={BUNDLED}", ["every head on", "knock out one head"], 2),  # upright head labels
+], ids=["steps entropy", "pitfall leak and row sums", "pitfall cache", "induction grids upright"])
+def test_labels_with_no_axis_title_end_where_the_legend_or_the_foot_begins(page, base_url, route, texts, charts,
+                                                                          width):
+    page.set_viewport_size({"width": width, "height": 1000})
+    visit(page, f"{base_url}/{route}")
+    _assert_labels_end_the_room(page, texts, charts)
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_turned_head_labels_end_where_the_grid_ends(page, wide_url, width):
+    page.set_viewport_size({"width": width, "height": 1000})
+    visit(page, f"{wide_url}/induction?weights={WIDE}")
+    _assert_labels_end_the_room(page, ["every head on", "knock out one head"], 2)
+    visit(page, f"{wide_url}/heads?weights={WIDE}")
+    _show_every_layer(page)
+    _assert_labels_end_the_room(page, ["every layer's heads"], 1)

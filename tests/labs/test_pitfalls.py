@@ -852,7 +852,7 @@ def test_leak_figure_legend_says_what_every_colour_drawn_means(causal, j):
     # one entry a row at any page width, in a margin under the turned labels that holds every row
     layout = fig.layout
     assert (layout.legend.entrywidth, layout.legend.entrywidthmode) == (1, "fraction")
-    assert layout.margin.b >= (margins.across(layout.xaxis.ticktext, title=False) + len(legend)
+    assert layout.margin.b >= (margins.labels_under(layout.xaxis.ticktext, angle=60) + len(legend)
                                * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX)
 
 
@@ -878,7 +878,7 @@ def test_extra_figure_is_the_pitfalls_own_chart_or_none(lab):
     for key in ("softmax_dim", "scale_d_out", "forgot_eval", "rope_queries_only", "rope_values"):
         layout, series = kinds[key].layout, [trace for trace in kinds[key].data if trace.type == "bar"]
         assert (layout.legend.entrywidth, layout.legend.entrywidthmode) == (1, "fraction"), key
-        assert layout.margin.b >= (margins.across(layout.xaxis.ticktext, title=False) + len(series)
+        assert layout.margin.b >= (margins.labels_under(layout.xaxis.ticktext, angle=60) + len(series)
                                    * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX), key
 
 

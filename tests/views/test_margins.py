@@ -73,8 +73,10 @@ def test_a_score_grid_turns_its_head_labels_where_upright_ones_would_overlap_and
     many = head_figures.score_grid({name: np.zeros((12, 12)) for name in ("induction", "previous_token",
                                                                            "duplicate_token", "first_token")})
     assert few.layout.xaxis.tickangle == 0 and many.layout.xaxis.tickangle == -90
-    assert many.layout.margin.b == margins.across(["H11"], angle=90, title=False)
-    assert few.layout.margin.b == margins.across(["H3"], angle=0, title=False)
+    # the labels' box, no more: automargin off for that axis, so Plotly widens no margin (tests/browser measures it)
+    assert many.layout.margin.b == margins.labels_under(["H11"], angle=90)
+    assert few.layout.margin.b == margins.labels_under(["H3"], angle=0) < margins.labels_under(["H3"], angle=90)
+    assert many.layout.xaxis.automargin is False and few.layout.xaxis.automargin is False
     assert many.layout.margin.l == margins.beside(["L11"], title=False) and many.layout.margin.pad == 0
     assert many.layout.margin.r == margins.COLORBAR_PX
 
@@ -90,7 +92,9 @@ def test_bar_and_line_charts_hold_their_numbers_titles_and_a_legend_at_their_foo
     assert (knocked.legend.entrywidth, knocked.legend.entrywidthmode) == (1, "fraction")
     assert knocked.margin.b == margins.under_axis() + 2 * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX
     bars = figures.entropy_bars(["·a", "·extraordinarily"], np.ones(2), np.ones(2)).layout
-    assert bars.margin.b >= margins.across(["·extraordinarily"], title=False) + margins.LEGEND_ROW_PX
+    assert bars.margin.b == (margins.labels_under(["0: ·a", "1: ·extraordinarily"], angle=60)
+                             + 2 * margins.LEGEND_ENTRY_PX + margins.LEGEND_PAD_PX)  # the labels, then two rows
+    assert (bars.legend.entrywidth, bars.legend.entrywidthmode) == (1, "fraction")
     assert head_figures.position_loss(loss * 10, 8).layout.margin.l == margins.beside(["30"])
 
 

@@ -17,7 +17,6 @@ from attnviz.views import figures, margins
 LEAK_COLOR, STILL_COLOR, PERTURBED_COLOR, AFTER_COLOR = "#d62728", "#7f7f7f", "#ff7f0e", "#1f77b4"
 TOO_SMALL_TO_SEE = 1e-4  # a bar below this can't be seen: the cache chart labels it, a bar chart's legend says so
 UPRIGHT_LABELS_PX = 400  # the widest row of upright category labels a bar chart has room for on a page
-LEGEND_PX = 2 * margins.LEGEND_ROW_PX  # a bar chart's legend of two or three series, on two rows if the page is narrow
 # the leak detector's colours, in its legend's order: what a bar of each colour says
 LEAK_LEGEND = {PERTURBED_COLOR: "the perturbed token", STILL_COLOR: "before it, exactly 0 (no leak)",
                LEAK_COLOR: "before it, moved (a leak)", AFTER_COLOR: "after it (free to move)"}
@@ -47,26 +46,23 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
     return fig
 
 
-def _bar_layout(title: str, labels: list[str], y_title: str, *, legend: bool = True,
-                above_plot: int = 0, angle: float = 60, high: float | None = None,
-                legend_labels: list[str] | None = None) -> dict:
+def _bar_layout(title: str, labels: list[str], y_title: str, *, legend_labels: list[str],
+                above_plot: int = 0, angle: float = 60, high: float | None = None) -> dict:
     """A bar chart's layout: its title under the modebar's row, on as many lines as a chart
     :data:`~attnviz.views.figures.PAIR_MAP_PX` wide needs (the page's column beside the sidebar in a 900 px window is
-    wider), ``above_plot`` px under it, ``labels`` under the bars (turned ``angle``°) and, with ``legend``, the legend
-    at the figure's foot; margins that hold them all, so Plotly draws the chart once.  ``high``: the tallest bar, whose
-    numbers the left margin is made for (None: any number's width).  ``legend_labels``: the legend's entries, one a
-    row whatever the page's width (None: two rows, which two or three short series fill)."""
+    wider), ``above_plot`` px under it, ``labels`` under the bars (turned ``angle``°, 0: upright) and the legend at
+    the figure's foot, its entries ``legend_labels`` one a row whatever the page's width; margins that hold them all
+    and no more, so Plotly draws the chart once and leaves no band under the labels.  ``high``: the tallest bar, whose
+    numbers the left margin is made for (None: any number's width)."""
     title = margins.wrapped_title(title, figures.PAIR_MAP_PX, 13)
     top = margins.title_top(title.count("<br>") + 1, size=13, above_plot=above_plot)
-    if legend_labels is not None:
-        legend_layout, legend_px = margins.legend_one_a_row(legend_labels)
-    else:
-        legend_layout, legend_px = margins.LEGEND_AT_FOOT, LEGEND_PX
-    below = margins.across(labels, angle=angle, title=False) + (legend_px if legend else 0)
+    legend_layout, legend_px = margins.legend_one_a_row(legend_labels)
+    below = margins.labels_under(labels, angle=angle) + legend_px
     left = margins.beside() if high is None else margins.beside_numbers(0.0, high)
     return {"title": margins.title(title, 13), "yaxis_title": y_title, "height": 190 + top + below,
+            "xaxis": {"automargin": False},  # the bottom margin holds the labels: none is widened
             "margin": {"l": left, "r": margins.TURNED_LABELS_PX, "t": top, "b": below},
-            **({"legend": legend_layout} if legend else {"showlegend": False})}
+            "legend": legend_layout}
 
 
 def _bars(tokens, series: list[tuple[str, np.ndarray, str]], title: str, y_title: str,
@@ -179,7 +175,8 @@ def cache_figure(result: PitfallResult) -> go.Figure:
     angle = 0 if margins.text_px(labels) * len(labels) <= UPRIGHT_LABELS_PX else 60  # turned only where crowded
     fig.update_layout(barmode="group", **_bar_layout("cached vs uncached: max |Δ output| of each cached forward "
                                                      "(sequence 1, then sequence 2 after the reset)", labels,
-                                                     "max |Δ output|", angle=angle))
+                                                     "max |Δ output|", angle=angle,
+                                                     legend_labels=[trace.name for trace in fig.data]))
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels, tickangle=-angle)
     return fig
 
