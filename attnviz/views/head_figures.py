@@ -47,7 +47,9 @@ def stripe_cells(n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, rows - T + 1
 
 
-STRIPE_MAP_PX = 560  # px: the Induction lab's map, its labels and colour bar (a column of the page this wide)
+# px: the Induction lab's map, its labels and colour bar: the page's narrowest column (an 800 px window's), so that
+# the column it is drawn in never shrinks it, which would narrow its square cells and leave a band under them
+STRIPE_MAP_PX = margins.PAGE_MIN_PX
 
 
 def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: float | None = None,
@@ -70,7 +72,7 @@ def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: fl
                 "line": {"width": 2}},
         customdata=on_stripe, hovertemplate="stripe: query %{y}<br>key %{x}<br>weight %{customdata:.4f}<extra></extra>",
     ))
-    # the stripe's name beside "masked" takes a second row where the page's column is narrower than ``width``: the
+    # the stripe's name beside "masked" takes a second row where the map's width holds no room for both on one: the
     # bottom margin holds both rows, so Plotly draws the map once (the plot keeps its square)
     margin = fig.layout.margin
     fig.update_layout(showlegend=True, legend={"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",

@@ -81,3 +81,31 @@ def test_a_chart_s_margin_under_its_axis_holds_its_numbers_and_title_and_no_empt
     assert grown_margins(page) == []
     for chart in charts:
         assert chart["lowest"] > chart["plotBottom"] and 0 <= chart["band"] <= BAND_PX, chart
+
+
+# the Induction lab's stripe map: its figure, its plot, its cells (the map's image) and its legend, in the figure's px
+_STRIPE_MAP = """() => [...document.querySelectorAll('[data-testid=stPlotlyChart]')].filter(
+    (chart) => chart.textContent.includes('stripe A[i')).map((chart) => {
+  const gd = chart.querySelector('.js-plotly-plot');
+  const size = gd._fullLayout._size;
+  const figure = gd.getBoundingClientRect();
+  const cells = gd.querySelector('g.heatmaplayer g.hm image, g.imagelayer g.im image').getBoundingClientRect();
+  const legend = gd.querySelector('.legend').getBoundingClientRect();
+  return {figure: figure.width, column: chart.parentElement.getBoundingClientRect().width,
+          plot: {w: size.w, h: size.h}, cells: {w: cells.width, h: cells.height},
+          band: legend.top - cells.bottom};
+})"""
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_the_stripe_map_s_square_cells_fill_its_plot_with_its_legend_under_them(page, base_url, width):
+    page.set_viewport_size({"width": width, "height": 1000})
+    visit(page, f"{base_url}/induction?weights={BUNDLED}")
+    (stripe,) = page.evaluate(_STRIPE_MAP)
+    assert stripe["figure"] <= stripe["column"] + 1, stripe
+    assert abs(stripe["cells"]["w"] - stripe["cells"]["h"]) <= 1, stripe  # square cells
+    # the column does not shrink the figure its height was made for: the cells fill the plot both ways
+    cells, plot = stripe["cells"], stripe["plot"]
+    assert abs(cells["w"] - plot["w"]) <= 1 and abs(cells["h"] - plot["h"]) <= 1, stripe
+    assert 0 <= stripe["band"] <= 6, stripe  # the legend right under the cells
+    assert grown_margins(page) == []
