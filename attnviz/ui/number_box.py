@@ -103,13 +103,19 @@ def setting_box(where, label: str, key: str, bounds: tuple[int, int], *, disable
     sets it to a whole number in ``bounds`` typed there (through the sidebar's callback, ``state.setting_changed``: the
     sizes stay consistent).  Anything else stays in the box as typed while the setting keeps its value, and a warning
     under the box names it, the range and the value the pages use — until the setting changes (typed, or set by a
-    preset, a checkpoint …), when the box shows the new value."""
+    preset, a checkpoint …), when the box shows the new value.  A range that moves with another setting (the latent
+    width's, 1 … d_out) can come to hold a kept text: the text typed then becomes the setting, as it would have had it
+    fitted when typed."""
     state, box = st.session_state, setting_box_key(key)
     refused = state.setdefault(BOX_REFUSED, {})
     kept = refused.get(key)
     if kept is None or kept[1] != state[key] or disabled:
         refused.pop(key, None)
         kept = None
+    elif box_problem(label, kept[0], bounds) is None:  # it fits the range the box has now
+        refused.pop(key, None)
+        state[key], kept = box_number(kept[0]), None
+        setting_changed(key)
     shown = str(state[key]) if kept is None else kept[0]  # the text typed, also after a run that did not draw the box
     if state.get(box) != shown:
         state[box] = shown

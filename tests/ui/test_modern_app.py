@@ -159,6 +159,9 @@ def test_sidebar_shows_only_the_settings_that_apply():
     assert at.sidebar.text_input(key="latent_dim_box").value == "2000" and at.session_state["latent_dim"] == 96
     assert [w.value.replace("\\", "") for w in at.sidebar.warning] == [
         "Latent width (latent_dim) 2,000 is outside 1 … 768: using 96."]
+    at.sidebar.text_input(key="d_out_box").input("2048").run()  # the range now holds the kept text: it is the setting
+    assert at.sidebar.text_input(key="latent_dim_box").value == "2000" and at.session_state["latent_dim"] == 2000
+    assert not at.sidebar.warning, [w.value for w in at.sidebar.warning]
     assert not [w for w in at.sidebar.radio if w.key == "positions"]  # the book's MLA has no rotary positions
     at.sidebar.selectbox(key="variant").set_value("swa").run()
     assert at.sidebar.toggle(key="causal").disabled
