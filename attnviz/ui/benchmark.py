@@ -15,7 +15,7 @@ from attnviz import variants
 from attnviz.config import MAX_CONTEXT_LENGTH, available_devices, resolve_device
 from attnviz.labs import implementations
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.number_box import BOX_CHARS, box_bind, box_number, box_problem, span
+from attnviz.ui.number_box import bounded_box, box_number, span
 from attnviz.urlstate import DEFAULTS, ignored, url_value
 from attnviz.views import figures
 from attnviz.words import amount, markdown_escape
@@ -58,9 +58,8 @@ def show(page_run: Context) -> None:
                                                                                             (1, 100), 5)}
     texts, refused = {}, False
     for col, (key, (label, bounds, default)) in zip((n_col, repeats_col), boxes.items()):
-        texts[key] = col.text_input(label, max_chars=BOX_CHARS, placeholder=f"a whole number, {span(bounds)}",
-                                    help=f"{span(bounds)}.", **box_bind(key, default))
-        if (problem := box_problem(label, texts[key], bounds)) is not None:  # Run times what the boxes show, or nothing
+        texts[key], problem = bounded_box(col, label, key, default, bounds, help=f"{span(bounds)}.")
+        if problem is not None:  # Run times what the boxes show, or nothing
             col.warning(markdown_escape(f"{problem}: Run benchmark times nothing until the box holds a number in "
                                         "that range."), icon=":material/block:")
             refused = True

@@ -6,7 +6,7 @@ server nothing: the page goes on drawing the box's last number, which the box no
 empty box or a text sends the box's ``min_value`` instead).  A text box sends its text, so the page reads what the
 box shows: a whole number in range is used; anything else is kept in the box as typed, and the page says what it does
 instead — a view draws its default (:func:`number_box`), a button that starts work (Train's Start, Benchmark's Run)
-is disabled (:func:`box_problem`), and a setting of the sidebar keeps its value (:func:`setting_box`).  A page
+is disabled (:func:`bounded_box` says why), and a setting of the sidebar keeps its value (:func:`setting_box`).  A page
 parameter in the URL is read by the same rule (:func:`link_text`), so a link reopens a box as it showed it; a setting's
 by ``urlstate``'s, which reads a whole number as a box does (``urlstate.whole_digits``).
 """
@@ -77,14 +77,22 @@ def link_text(raw: str, bounds: tuple[int, int], what: str) -> str:
     return str(parse_number(raw, *bounds, what=what))
 
 
+def bounded_box(where, label: str, key: str, default: int, bounds: tuple[int, int], *, url: str | None = None,
+                help: str | None = None, **layout) -> tuple[str, str | None]:
+    """A page's number box in ``where`` (a column, a row, or ``st``), bound to ``key`` (:func:`box_bind`, ``default``
+    its first text, ``url`` its URL parameter), with ``layout``'s further keyword arguments of ``text_input`` (its
+    ``width``): the text it shows, and why that text is not used (:func:`box_problem`), or None."""
+    text = where.text_input(label, max_chars=BOX_CHARS, placeholder=f"a whole number, {span(bounds)}", help=help,
+                            **layout, **box_bind(key, default, url))
+    return text, box_problem(label, text, bounds)
+
+
 def number_box(where, label: str, key: str, default: int, bounds: tuple[int, int], instead: str, *,
                url: str | None = None, help: str | None = None) -> int:
     """A number box in ``where`` (a column, or ``st``) and the number the page uses: the box's whole number where it
     is one in ``bounds``; else ``default`` (in ``bounds``), and a warning under the box that names what it holds, the
     range and ``instead`` (what the page shows: "the lab uses T = 24").  The box keeps its text."""
-    text = where.text_input(label, max_chars=BOX_CHARS, placeholder=f"a whole number, {span(bounds)}", help=help,
-                            **box_bind(key, default, url))
-    problem = box_problem(label, text, bounds)
+    text, problem = bounded_box(where, label, key, default, bounds, url=url, help=help)
     if problem is None:
         return box_number(text)
     where.warning(markdown_escape(f"{problem}: {instead}."), icon=":material/block:")

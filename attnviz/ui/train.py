@@ -23,7 +23,7 @@ from attnviz.labs import live_train
 from attnviz.labs.jobs import JobBoard, JobRefusedError
 from attnviz.ui.frame import plotly_config
 from attnviz.ui.memory import freeze_training_imports, in_training_heap
-from attnviz.ui.number_box import BOX_CHARS, box_bind, box_number, box_problem, link_text, span
+from attnviz.ui.number_box import bounded_box, box_number, link_text, span
 from attnviz.ui.share import own_link, share_and_export
 from attnviz.ui.state import page_widgets_from_url, url_notices
 from attnviz.urlstate import TRAIN_SEED, TRAIN_STEPS
@@ -136,22 +136,21 @@ def controls() -> None:
     running = job is not None and job.running
     # one row where the boxes and the buttons fit, the buttons on the next where they do not: never a label cut short
     row = st.container(horizontal=True, vertical_alignment="bottom")
-    steps = row.text_input(
-        "Training steps", max_chars=BOX_CHARS, placeholder=f"a whole number, {span(steps_range)}",
+    steps, steps_problem = bounded_box(
+        row, "Training steps", "train_steps", recommended, steps_range, url=TRAIN_STEPS,
         help=f"{span(steps_range)}. Each step trains on one batch of {cfg.batch_size} repeated random sequences of "
              f"{cfg.seq_len} tokens. {recommended} (the default): the induction head forms around steps 250–300 for "
              "seeds 0–9, about 35–40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token "
              "heads.",
-        width=BOX_PX, **box_bind("train_steps", recommended, TRAIN_STEPS))
-    seed = row.text_input(
-        "Seed", max_chars=BOX_CHARS, placeholder=f"a whole number, {span(seed_range)}",
+        width=BOX_PX)
+    seed, seed_problem = bounded_box(
+        row, "Seed", "train_seed", 0, seed_range, url=TRAIN_SEED,
         help=f"{span(seed_range)}. Decides the initial weights and the order of the data: the same seed gives the "
              "same run.",
-        width=BOX_PX, **box_bind("train_seed", 0, TRAIN_SEED))
+        width=BOX_PX)
     own_link(link, {TRAIN_STEPS: steps, TRAIN_SEED: seed}, model_left_out(),
              warn=ended_run() is not None)  # a model trained here: the link does not hold it
-    refused = [problem for problem in (box_problem("Training steps", steps, steps_range),
-                                       box_problem("Seed", seed, seed_range)) if problem is not None]
+    refused = [problem for problem in (steps_problem, seed_problem) if problem is not None]
     training = running and not job.stopping  # a stopped one ending its step: Start waits for it (_start)
     start = row.button("Start training", key="train_start", type="primary", icon=":material/play_arrow:",
                        disabled=bool(refused) or training,
