@@ -116,6 +116,23 @@ def test_the_products_axis_reaches_the_highest_bar_or_name_and_the_lowest_and_no
         assert max(tops) == pytest.approx(high * px, abs=0.5) and min(bottoms) == pytest.approx(low * px, abs=0.5)
 
 
+def test_a_product_past_float32s_range_has_no_bar_and_the_axis_holds_the_others():
+    """A product of inf (q[d]·k[d] past float32's range) or NaN has no bar: the y axis spans the finite bars (not
+    0 … inf, which draws none), no name sits on a bar that is not there, and the subtitle says which are missing."""
+    trace = pipeline.run("The cat sat on the mat.", AttentionConfig(variant="mha", d_in=64, d_out=64, num_heads=2))
+    explanation = explain_weight(trace, 0, 4, 1)
+    finite = np.delete(explanation.products, [3, 5])
+    for missing in ((np.inf, -np.inf), (np.inf, np.nan)):
+        products = explanation.products.copy()
+        products[[3, 5]] = missing
+        fig = products_figure(dataclasses.replace(explanation, products=products))
+        low, high = fig.layout.yaxis.range or (np.nan, np.nan)
+        assert low <= finite.min() and finite.max() <= high < 2 * np.abs(finite).max(), (missing, low, high)
+        assert not fig.data[0].text[3] and not fig.data[0].text[5]
+        assert (f"No bar for d3 = inf, d5 = {missing[1]}" in
+                flat(fig.layout.title.subtitle.text).replace("\u00a0", " "))
+
+
 def _shown_names_overlapping(fig) -> list[tuple[str, str]]:
     """The pairs of a products figure's bar names ("d89", "d90") that overlap at the panel's width
     (explain_figures.PANEL_PX): on one side of 0 (a name sits above a product ≥ 0, under one < 0), centred on its bar,
