@@ -179,37 +179,40 @@ def label_px(label: str, size: float = TICK_FONT_PX) -> float:
     return size * sum(map(em, html.unescape(str(label)))) / 1000
 
 
-def turned_labels(labels: Iterable[str], *, angle: float = 60, size: float = TICK_FONT_PX) -> int:
-    """The px from the plot's edge to the far end of tick labels ``size`` px turned ``angle`` degrees from the
-    horizontal, as Chromium draws them: the widest label's box."""
-    turn = math.radians(abs(angle))
-    widest = max((label_px(label, size) for label in labels), default=0.0)
-    box = widest * math.sin(turn) + math.ceil(TICK_LINE_EM * size) * math.cos(turn) + TURNED_GLYPH_PX
+TURNED_DEGREES = 60  # the turn of a turned axis' tick labels from the horizontal (its ``tickangle``: -60)
+
+
+def turned_labels(labels: Iterable[str], *, angle: float = TURNED_DEGREES) -> int:
+    """The px from the plot's edge to the far end of tick labels (:data:`TICK_FONT_PX`) turned ``angle`` degrees
+    from the horizontal (:data:`TURNED_DEGREES`, or 90 where a grid's head labels stand), as Chromium draws them:
+    the widest label's box."""
+    turn = math.radians(angle)
+    widest = max((label_px(label, TICK_FONT_PX) for label in labels), default=0.0)
+    box = widest * math.sin(turn) + math.ceil(TICK_LINE_EM * TICK_FONT_PX) * math.cos(turn) + TURNED_GLYPH_PX
     return TURNED_LABEL_GAP_PX + math.ceil(box)
 
 
-def labels_under(labels: Iterable[str], *, angle: float = 0, size: float = TICK_FONT_PX) -> int:
-    """The margin under a horizontal axis with no title whose tick labels ``size`` px stand upright (``angle`` 0) or
-    are turned ``angle`` degrees, as Chromium draws them: an upright line's box, or the turned labels' box
+def labels_under(labels: Iterable[str], *, angle: float = 0) -> int:
+    """The margin under a horizontal axis with no title whose tick labels stand upright (``angle`` 0) or are turned
+    ``angle`` degrees, as Chromium draws them: an upright line's box, or the turned labels' box
     (:func:`turned_labels`), no more."""
     if angle == 0:
-        return TICK_LABEL_TOP_PX + math.ceil(TICK_LINE_EM * size)
-    return turned_labels(labels, angle=angle, size=size)
+        return TICK_LABEL_TOP_PX + math.ceil(TICK_LINE_EM * TICK_FONT_PX)
+    return turned_labels(labels, angle=angle)
 
 
-def turned_axis(labels: Iterable[str], *, angle: float = 60, size: float = TICK_FONT_PX,
-                title_size: float = AXIS_TITLE_FONT_PX) -> int:
-    """The margin under (or above) a horizontal axis whose tick labels ``size`` px are turned ``angle`` degrees and
-    whose :func:`turned_title` is ``title_size`` px: the labels' box, then the title's, no more (the axis turns
-    Plotly's automargin off, which would reserve a band past the title)."""
-    return turned_labels(labels, angle=angle, size=size) + math.ceil(TITLE_LINE_EM * title_size)
+def turned_axis(labels: Iterable[str]) -> int:
+    """The margin under (or above) a horizontal axis whose tick labels are turned (:func:`turned_labels`) and whose
+    title is a :func:`turned_title`: the labels' box, then the title's, no more (the axis turns Plotly's automargin
+    off, which would reserve a band past the title)."""
+    return turned_labels(labels) + math.ceil(TITLE_LINE_EM * AXIS_TITLE_FONT_PX)
 
 
-def turned_title(text: str, *, under: bool = True, title_size: float = AXIS_TITLE_FONT_PX) -> dict:
-    """A horizontal axis' settings for tick labels turned and ``text`` as its title, in the margin
-    :func:`turned_axis` makes: the title starts where the labels' box ends (``under`` the plot, or above it on an
-    axis at the top), and Plotly's automargin is off (that margin holds both: none is widened)."""
-    standoff = math.ceil(TURNED_TITLE_RISE_EM * title_size) if under else 0
+def turned_title(text: str, *, under: bool = True) -> dict:
+    """A horizontal axis' settings for tick labels turned and ``text`` as its title (:data:`AXIS_TITLE_FONT_PX`), in
+    the margin :func:`turned_axis` makes: the title starts where the labels' box ends (``under`` the plot, or above
+    it on an axis at the top), and Plotly's automargin is off (that margin holds both: none is widened)."""
+    standoff = math.ceil(TURNED_TITLE_RISE_EM * AXIS_TITLE_FONT_PX) if under else 0
     return {"title": {"text": text, "standoff": standoff}, "automargin": False}
 
 
