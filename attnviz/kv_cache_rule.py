@@ -408,7 +408,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
         return not_finite.verdict(rule)
     if plan.caller_holds:
         return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill, sizes,
-                            length, layers)
+                            length, layers, layer_lengths=plan.layer_lengths)
     reset = _user_reset(module, reset_name)
     refused = _why_no_chunk(module)  # why the module takes no chunk after its cache: then its tokens go one by one
     precision = _Precision()  # the cache's dtype, as the cached forwards show it
@@ -428,28 +428,34 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     if difference is not None:
         return Check(rule, "fail", difference)
     words = (f"two sequences, each after {reset_name}(): {_plan_words(n, prefill, refused)}, give the uncached outputs "
-             f"({precision.within()}){_cropped_words(length, n)}{_layer_lengths_words(plan.layer_lengths, n)}")
-    return _held_verdict(module, _with_refused(words, refused), held, n, sizes, layers=layers)
+             f"({precision.within()}){_cropped_words(length, n)}{_layer_lengths_words(plan, n)}")
+    return _held_verdict(module, _with_refused(words, refused), held, n, sizes, layers=layers,
+                         layer_lengths=plan.layer_lengths)
 
 
 def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int,
                   sizes: Mapping[str, int] | None = None, supplied: str | None = None, *,
-                  layers: Sequence[AttentionLayer] = (), cache_name: str | None = None) -> Check:
+                  layers: Sequence[AttentionLayer] = (), cache_name: str | None = None,
+                  layer_lengths: Mapping[str, tuple[str, int]] | None = None) -> Check:
     """kv-cache's verdict on cached outputs that were right (``words``): a pass saying what the cache holds after
     ``n`` tokens, or a fail naming the waste its declared variant exists to save (:func:`_cache_excess`).
     ``supplied``: the type of the cache object attnviz handed the forward, which it only adds to — what that object
     keeps is its own choice, so more tokens than the window needs are said in the pass, not failed.  ``layers``: a
     model's attentions (:class:`AttentionLayer`), each tensor held to its own layer's window and sizes;
-    ``cache_name``: the argument a cache the caller holds is passed as, whose per-layer entries are the layers'."""
+    ``cache_name``: the argument a cache the caller holds is passed as, whose per-layer entries are the layers';
+    ``layer_lengths``: the cache lengths of a model's layers that keep their own (:attr:`_CachePlan.layer_lengths`),
+    each tensor held to its layer's."""
+    layer_lengths = layer_lengths or {}
     if held is None:
         return Check("kv-cache", "pass", words)
     owners = _tensor_layers(held.tokens, layers, cache_name)
-    windows = _held_windows(module, held, owners, caller_holds=cache_name is not None)
-    excess = _cache_excess(module, held, n, sizes, window=supplied is None, layers=windows, owners=owners)
+    windows = _held_windows(module, held, owners, caller_holds=cache_name is not None, layer_lengths=layer_lengths)
+    excess = _cache_excess(module, held, n, sizes, window=supplied is None, layers=windows, owners=owners,
+                           layer_lengths=layer_lengths)
     if excess is not None:
         return Check("kv-cache", "fail", f"{words}, but {excess}")
     words = f"{words}; after {counted(n)} {_by_layer_words(held, windows) or f'the cache holds {held.words()}'}"
-    over = _over_window(module, held, windows, sizes) if supplied is not None else None
+    over = _over_window(module, held, windows, sizes, layer_lengths) if supplied is not None else None
     if over is not None:
         window = over.window
         words += (f" — more than a window of W = {window} needs, and not the layer's doing: the {supplied} attnviz "
@@ -528,12 +534,14 @@ def _with_refused(words: str, refused: str | None) -> str:
 
 def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dict, prefill: int,
                  sizes: Mapping[str, int] | None = None, length: tuple[str, int] | None = None,
-                 layers: Sequence[AttentionLayer] = ()) -> Check:
+                 layers: Sequence[AttentionLayer] = (), *,
+                 layer_lengths: Mapping[str, tuple[str, int]] | None = None) -> Check:
     """kv-cache for a cache the caller holds: two sequences, each a prefill then token by token, every forward given
     (as ``cache_name``) the cache the forward before returned, must give the uncached outputs — for a cache length
     (``length``, :func:`attnviz.window_reading.cache_length`), past W those of the last W tokens.  A forward that
     returns none is given a cache object the caller holds, which it fills in place (a Hugging Face ``DynamicCache``,
-    when transformers is installed), from the first forward on: the same object, or the one it returns."""
+    when transformers is installed), from the first forward on: the same object, or the one it returns.
+    ``layer_lengths``: its layers' own cache lengths (:attr:`_CachePlan.layer_lengths`), for :func:`_held_verdict`."""
     rule = "kv-cache"
     sequences = [x[:1], x[1:2]]  # two different sequences, (1, n, d_in) each
     with torch.no_grad():
@@ -562,7 +570,8 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     words = (f"two sequences: {_plan_words(n, prefill, refused)}, each given {given} ({cache_name}), give the uncached "
              f"outputs ({precision.within()}){_cropped_words(length, n)}")
     return _held_verdict(module, _with_refused(words, refused), measured, n, sizes,
-                         None if held is None else type(held).__name__, layers=layers, cache_name=cache_name)
+                         None if held is None else type(held).__name__, layers=layers, cache_name=cache_name,
+                         layer_lengths=layer_lengths)
 
 
 def _returned_held(module: nn.Module, sequence: torch.Tensor, cache_name: str, flags: dict,
@@ -707,8 +716,9 @@ class _CachePlan(NamedTuple):
     forward takes ``use_cache``, the name of a cache argument the caller holds (:func:`cache_parameters`), its cache's
     length (the name, W: :func:`attnviz.window_reading.cache_length`, the book's ``window_size``; None: none) and the
     tokens its prefill feeds at once (:func:`kv_prefill`), and the module's own cache reset (:func:`_reset_name`);
-    for a model that keeps no cache length itself, its layers' own (:func:`_layer_lengths`), the prefill no longer than
-    the shortest."""
+    for a model that keeps no cache length itself, its layers' own (:func:`_layer_lengths`, read once: each cache
+    tensor is held to its layer's), and where the module resets its cache itself, the prefill no longer than the
+    shortest."""
 
     takes_use_cache: bool
     cache_name: str | None
@@ -748,11 +758,10 @@ def _cache_plan(module: nn.Module, n: int) -> _CachePlan:
     reset_name = _reset_name(module)
     plan = _CachePlan(takes_use_cache, cache_name, length, kv_prefill(n, None if length is None else length[1]),
                       reset_name)
-    if length is not None or plan.caller_holds:
+    if length is not None:
         return plan
-    lengths = _layer_lengths(module)
-    shortest = min((kept for _, kept in lengths.values()), default=None)
-    return plan._replace(prefill=kv_prefill(n, shortest), layer_lengths=lengths) if lengths else plan
+    plan = plan._replace(layer_lengths=_layer_lengths(module))
+    return plan if plan.caller_holds else plan._replace(prefill=kv_prefill(n, plan.shortest))
 
 
 def _layer_lengths(module: nn.Module) -> dict[str, tuple[str, int]]:
@@ -763,14 +772,14 @@ def _layer_lengths(module: nn.Module) -> dict[str, tuple[str, int]]:
             if path and isinstance(sub, nn.Module) and (found := cache_length(sub)) is not None}
 
 
-def _layer_lengths_words(lengths: Mapping[str, tuple[str, int]], n: int) -> str:
-    """kv-cache's words, after its pass, for a model whose layers keep KV caches of their own lengths (``lengths``:
-    :func:`_layer_lengths`) when the n tokens go past the shortest: up to which token the cached steps were compared,
-    and why not after it."""
-    shortest = min((kept for _, kept in lengths.values()), default=None)
+def _layer_lengths_words(plan: _CachePlan, n: int) -> str:
+    """kv-cache's words, after its pass, for a model whose layers keep KV caches of their own lengths (the ``plan``'s
+    :attr:`_CachePlan.layer_lengths`) when the n tokens go past the shortest: up to which token the cached steps were
+    compared, and why not after it."""
+    shortest = plan.shortest
     if shortest is None or n <= shortest:
         return ""
-    named = [f"{path}.{name} = {kept}" for path, (name, kept) in lengths.items()]
+    named = [f"{path}.{name} = {kept}" for path, (name, kept) in plan.layer_lengths.items()]
     which = (f"{named[0]} is that layer's KV cache length (mask-convention: not an attention window)"
              if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]} are those layers' KV cache lengths "
              "(mask-convention: not attention windows)")
@@ -1396,7 +1405,8 @@ def _held(now: dict[str, torch.Tensor], fed: list[dict[str, torch.Size]],
 
 def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[str, int] | None = None, *,
                   window: bool = True, layers: dict[str, tuple[str, int | None]],
-                  owners: Mapping[str, AttentionLayer] | None = None) -> str | None:
+                  owners: Mapping[str, AttentionLayer] | None = None,
+                  layer_lengths: Mapping[str, tuple[str, int]] | None = None) -> str | None:
     """Words for a cache that shows, after n tokens, the known waste of the variant the module declares (its own
     attributes in any spelling of :func:`declared_size`, else ``sizes``: the sizes it was built with, and the heads
     and head_dim its uncached trace measured — :func:`cache_sizes`), its outputs right; None when it shows none — then
@@ -1405,13 +1415,14 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
     :func:`_repeated_heads`, :func:`_full_keys_values`.  Anything else a cache keeps (a rotary key, its tokens'
     positions) is no evidence of waste.  A wrapper that declares no variant is read through the one submodule that
     does (:func:`_declaring`) — but for its windows, which :func:`_over_window` reads layer by layer where they
-    differ, by the paths of the cache's tensors under ``module`` (``layers``: :func:`_held_windows`).  A model's
+    differ, by the paths of the cache's tensors under ``module`` (``layers``: :func:`_held_windows`; its layers' own
+    cache lengths, ``layer_lengths``: :attr:`_CachePlan.layer_lengths`).  A model's
     cache tensors of each attention layer (``owners``: :func:`_tensor_layers`) are held to that layer's own variant and
     sizes (:attr:`AttentionLayer.sizes`, not ``sizes``), the words naming the first attention that shows it
     ("attention 2 of 2 on line 30: …; attention 3 of 3 … does the same"); when every layer shows it, the words name
     every layer's tensors together, as for the model read as one."""
     sizes = dict(sizes or {})
-    if window and (words := _window_excess(module, held, n, sizes, layers)) is not None:
+    if window and (words := _window_excess(module, held, n, sizes, layers, layer_lengths)) is not None:
         return words
     parts = _layer_parts(held, owners or {})
     for check in (_repeated_heads, _full_keys_values):
@@ -1430,13 +1441,14 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
 
 
 def _window_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: dict[str, int],
-                   layers: dict[str, tuple[str, int | None]]) -> str | None:
+                   layers: dict[str, tuple[str, int | None]],
+                   layer_lengths: Mapping[str, tuple[str, int]] | None = None) -> str | None:
     """``sliding_window_size`` W: a tensor holding more than W tokens along the dimension that grows
     (:func:`_over_window`), named with the bytes the cache holds, what each token adds and what W tokens take.  A
     failure, not a note in the pass: the mask hides the keys W or more behind, so every output is right and only the
     cache's size shows it — a memory that grows with the whole text where W entries suffice (the book's SWA cache,
     ``ch04/06_swa``, keeps W), which is what a sliding window's cache exists to bound."""
-    over = _over_window(module, held, layers, sizes)
+    over = _over_window(module, held, layers, sizes, layer_lengths)
     if over is None:
         return None
     longest, window, layer = over.longest, over.window, over.layer
@@ -1521,9 +1533,11 @@ class _OverWindow(NamedTuple):
 
 
 def _over_window(module: nn.Module, held: _CacheHeld, layers: dict[str, tuple[str, int | None]],
-                 sizes: Mapping[str, int] | None = None) -> _OverWindow | None:
+                 sizes: Mapping[str, int] | None = None,
+                 layer_lengths: Mapping[str, tuple[str, int]] | None = None) -> _OverWindow | None:
     """The tensor holding the most tokens when it holds more than W — the window the module, or its submodules,
-    declare (:func:`_kept_window`; not the cache length of one of its layers, :func:`_layer_lengths`), else
+    declare (:func:`_kept_window`; not the cache length of one of its layers, ``layer_lengths``:
+    :attr:`_CachePlan.layer_lengths`), else
     ``sizes``'; for a module whose layers declare different windows (the book's
     ``06_swa`` model: window layers and, every ``sliding_window_stride``-th, a full one), each tensor against its own
     layer's window (``layers``: :func:`_held_windows`), a full layer's keeping every token; None when none holds
@@ -1537,7 +1551,7 @@ def _over_window(module: nn.Module, held: _CacheHeld, layers: dict[str, tuple[st
         longest = max(over, key=held.tokens.get)
         return _OverWindow(longest, over[longest][1], over[longest][0], layers,
                            tuple(dict.fromkeys(layer for layer, _ in over.values())))
-    if cache_length(module) is None and _layer_lengths(module):
+    if layer_lengths:
         window = None  # its layers' own cache lengths, each held to its own layer's tensors above
     window = window or dict(sizes or {}).get("sliding_window_size")
     longest = max(held.tokens, key=held.tokens.get, default=None)
@@ -1565,13 +1579,14 @@ def _by_layer_words(held: _CacheHeld, layers: dict[str, tuple[str, int | None]])
 
 
 def _held_windows(module: nn.Module, held: _CacheHeld, owners: Mapping[str, AttentionLayer] | None = None,
-                  caller_holds: bool = False) -> dict[str, tuple[str, int | None]]:
+                  caller_holds: bool = False,
+                  layer_lengths: Mapping[str, tuple[str, int]] | None = None) -> dict[str, tuple[str, int | None]]:
     """Each cache tensor -> (its layer, that layer's window) as kv-cache holds the tensors of a module whose layers
     declare different windows: :func:`_tensor_windows` for a module that keeps no one window (:func:`_kept_window`),
     else :func:`_beside_plain_layers`; for a cache the caller holds (``caller_holds``), or a model whose layers keep
-    their own cache lengths (:func:`_layer_lengths`), each tensor's attention layer (``owners``:
-    :func:`_tensor_layers`) and the window it keeps (None: a full layer), when one of them keeps one."""
-    if caller_holds or (cache_length(module) is None and _layer_lengths(module)):
+    their own cache lengths (``layer_lengths``: :attr:`_CachePlan.layer_lengths`), each tensor's attention layer
+    (``owners``: :func:`_tensor_layers`) and the window it keeps (None: a full layer), when one of them keeps one."""
+    if caller_holds or layer_lengths:
         return _entry_windows(owners or {})
     windows = layer_windows(module)
     return (_tensor_windows(held, windows) if _kept_window(module) is None
