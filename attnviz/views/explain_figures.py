@@ -107,7 +107,7 @@ def products_range(products: np.ndarray, named: list[int], plot_px: float) -> li
     """The y range of the (hd,) ``products``' bars, from 0, on a plot ``plot_px`` tall: every bar, and the names of
     the ``named`` ones beyond their ends (:data:`NAME_PX`), and no more (Plotly's autorange adds a name's height and
     a twentieth of the plot at both ends, named bar or not).  None where every product is 0 (Plotly's own range).
-    Only finite products count: a product of ±inf or NaN (past float32's range) has no bar (:func:`_not_drawn`)."""
+    Only finite products count: a product of ±inf (past float32's range) or NaN has no bar (:func:`_not_drawn`)."""
     values = np.asarray(products, dtype=np.float64)
     finite = values[np.isfinite(values)]
     high, low = max(0.0, float(finite.max(initial=0.0))), min(0.0, float(finite.min(initial=0.0)))
@@ -127,22 +127,22 @@ NOT_DRAWN_NAMED = 4  # the products without a bar the subtitle names; more are c
 
 def _not_drawn(products: np.ndarray) -> str:
     """The subtitle's words for the products that have no bar, a product of ±inf or NaN (Plotly draws no bar of a
-    value that is not finite): "No bar for d3 = inf, d7 = nan: not a finite number (past float32's range)."; "" where
-    every product is finite."""
+    value that is not finite): "No bar for d3 = inf, d7 = nan: a bar draws only a finite product."; "" where every
+    product is finite."""
     dims = np.flatnonzero(~np.isfinite(products))
     if dims.size == 0:
         return ""
     named = ", ".join(f"d{d}{NBSP}={NBSP}{products[d]}" for d in dims[:NOT_DRAWN_NAMED])
     more = f" and {dims.size - NOT_DRAWN_NAMED:,} more" if dims.size > NOT_DRAWN_NAMED else ""
-    return f"No bar for {named}{more}: not a finite number (past float32's range)."
+    return f"No bar for {named}{more}: a bar draws only a finite product."
 
 
 def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int = 360) -> go.Figure:
     """Bars of q_i[d]·k_j[d] for every dimension d of the head; of the ``top`` largest by magnitude, those whose names
     fit beside each other on the panel beside the map (:data:`PANEL_PX`; :func:`named_dimensions`) are named on
     their bars (the hover names every bar; a product of ±inf or NaN has no bar, and the subtitle names it); the title
-    adds them up to the score, the scaled score, what the softmax
-    took where the module changed it, and the weight (or the mask's reason)."""
+    adds them up to the score, the scaled score, what the softmax took where the module changed it, and the weight (or
+    the mask's reason)."""
     products = np.asarray(explanation.products, dtype=np.float32)  # (hd,)
     largest = [int(d) for d in explanation.largest(top)]
     drawn = [d for d in largest if np.isfinite(products[d])]  # a name sits on a bar: none on one that is not drawn
