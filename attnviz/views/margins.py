@@ -186,7 +186,7 @@ def turned_labels(labels: Iterable[str], *, angle: float = TURNED_DEGREES) -> in
     """The px from the plot's edge to the far end of tick labels (:data:`TICK_FONT_PX`) turned ``angle`` degrees
     from the horizontal (:data:`TURNED_DEGREES`, or 90 where a grid's head labels stand), as Chromium draws them:
     the widest label's box."""
-    turn = math.radians(angle)
+    turn = math.radians(abs(angle))  # a tickangle of -90 stands as 90 does
     widest = max((label_px(label, TICK_FONT_PX) for label in labels), default=0.0)
     box = widest * math.sin(turn) + math.ceil(TICK_LINE_EM * TICK_FONT_PX) * math.cos(turn) + TURNED_GLYPH_PX
     return TURNED_LABEL_GAP_PX + math.ceil(box)
