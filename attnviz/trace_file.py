@@ -32,6 +32,7 @@ from attnviz.trace import (
     ModelRun,
     ModuleRun,
     ScoreWidth,
+    StageSource,
     Trace,
     make_trace,
     pieces,
@@ -84,7 +85,38 @@ def _module_run_json(run: ModuleRun) -> dict:
     fields = dataclasses.asdict(run)
     fields["filename"] = None if run.filename is None else _last_part(run.filename)
     fields["ops"] = [[name, list(shape), line, stage] for name, shape, line, stage in run.ops]
+    fields["stage_sources"], fields["stage_texts"] = _stage_sources_json(run)
     return fields
+
+
+def _stage_sources_json(run: ModuleRun) -> tuple[dict, list[str]]:
+    """(each stage's place, its file by its last part and its source as a number: 0 for the module's class's source,
+    written once as ``source``, else 1 + its index in the texts; the texts of the other classes and functions, each
+    once): stages computed by one class share its text."""
+    texts, places = [run.source], {}
+    for stage, found in run.stage_sources.items():
+        place = dataclasses.asdict(found)
+        place["filename"] = _last_part(found.filename)
+        if found.source not in texts:
+            texts.append(found.source)
+        place["source"] = texts.index(found.source)
+        places[stage] = place
+    return places, texts[1:]
+
+
+def _stage_sources(run: dict) -> dict[str, StageSource]:
+    """The ``StageSource`` of each stage a file's module run lists (:func:`_stage_sources_json`); none in a file
+    written before they were kept, whose stages' lines are the class's."""
+    texts = [run.get("source", ""), *(str(text) for text in run.pop("stage_texts", ()))]
+    places = {}
+    for stage, written in dict(run.get("stage_sources", {})).items():
+        place = dict(written)
+        number = place["source"]
+        if type(number) is not int or not 0 <= number < len(texts):
+            raise ValueError(f"stage {stage!r} names source text {number!r}")
+        place["source"] = texts[number]
+        places[str(stage)] = StageSource(**place)
+    return places
 
 
 def _arrays(trace: Trace) -> dict[str, np.ndarray]:
@@ -431,6 +463,7 @@ def _runs(described: dict, arrays: dict[str, np.ndarray]) -> tuple[ModelRun | No
         run["declared_scales"] = tuple((float(scale), str(setting))  # a file without them: none declared
                                        for scale, setting in run.get("declared_scales", ()))
         run["attention_places"] = tuple(str(place) for place in run.get("attention_places", ("",)))  # else: one
+        run["stage_sources"] = _stage_sources(run)
         module_run = ModuleRun(**run)
     return model, module_run
 

@@ -128,22 +128,72 @@ def test_a_checkpoint_layers_trace_loads_back_with_its_predictions_and_path():
     assert checkpoint_view.model_path_rows(loaded) == checkpoint_view.model_path_rows(trace)
 
 
-def test_a_user_modules_trace_loads_back_with_its_class_lines_and_ops():
+def as_saved(run):
+    """``run`` as a file keeps it: its files by their names only, as the source panel shows them — the server's
+    folders never leave it."""
+    return dataclasses.replace(run, filename=pathlib.Path(run.filename).name, stage_sources={
+        stage: dataclasses.replace(found, filename=pathlib.Path(found.filename).name)
+        for stage, found in run.stage_sources.items()})
+
+
+@pytest.fixture(scope="module")
+def module_trace():
     import torch
     from helpers.user_modules import MyMultiHeadAttention
 
     from attnviz import tracing
-    from attnviz.views import diagram
 
     torch.manual_seed(0)
-    trace = tracing.trace_module(MyMultiHeadAttention(d_in=16, d_out=16, num_heads=4), "the cat and the hat")
-    assert trace.module_run is not None and trace.module_run.filename
-    loaded = attnviz.load_trace(trace_file.trace_npz(trace))
-    # the module's file by its name only, as the source panel shows it
-    own = dataclasses.replace(trace.module_run, filename=pathlib.Path(trace.module_run.filename).name)
-    assert_same(loaded, trace, module_run=own)
+    return tracing.trace_module(MyMultiHeadAttention(d_in=16, d_out=16, num_heads=4), "the cat and the hat")
+
+
+def test_a_user_modules_trace_loads_back_with_its_class_lines_and_ops(module_trace):
+    from attnviz.views import diagram, source
+
+    trace = module_trace
+    assert trace.module_run is not None and trace.module_run.filename and trace.module_run.stage_sources
+    data = trace_file.trace_npz(trace)
+    loaded = attnviz.load_trace(data)
+    assert_same(loaded, trace, module_run=as_saved(trace.module_run))
     assert_same_figures(loaded, trace)
     assert diagram.op_rows(loaded) == diagram.op_rows(trace)
+    # the Steps page's code line and marked source read the loaded run as the traced one
+    for stage in ("scores", "weights", "context"):
+        assert source.module_stage_code(loaded.module_run, stage) == source.module_stage_code(trace.module_run, stage)
+        assert source.module_marked_source(loaded.module_run, stage) == source.module_marked_source(
+            trace.module_run, stage)
+    assert "softmax(" in source.module_stage_code(loaded.module_run, "weights")
+    # no server folder in the file, and the class's source once
+    text = bytes(np.load(io.BytesIO(data))["manifest.json"]).decode("utf-8")
+    assert str(pathlib.Path(trace.module_run.filename).parent) not in text
+    assert text.count(json.dumps(trace.module_run.source)[1:80]) == 1
+
+
+def test_a_user_modules_trace_saved_before_stage_sources_shows_its_stages_lines(module_trace):
+    """A file written before the places of stages were kept: its stages' lines, in the class's source."""
+    from attnviz.views import source
+
+    def old(manifest):
+        del manifest["module_run"]["stage_sources"], manifest["module_run"]["stage_texts"]
+
+    loaded = attnviz.load_trace(with_manifest(trace_file.trace_npz(module_trace), old))
+    run = loaded.module_run
+    assert run.stage_sources == {} and run.stage_lines == module_trace.module_run.stage_lines
+    assert source.module_stage_code(run, "weights") == source.module_stage_code(module_trace.module_run, "weights")
+    code, line, shown = source.module_marked_source(run, "weights")
+    assert line == run.stage_lines["weights"] and shown == run.class_name
+    assert "softmax(" in code.splitlines()[line - run.first_line] and code.count(source.MARK) == 1
+
+
+@pytest.mark.parametrize("number", [99, "0", None])
+def test_a_stage_source_naming_no_text_of_the_file_is_refused_in_words(module_trace, number):
+    def lie(manifest):
+        manifest["module_run"]["stage_sources"]["weights"]["source"] = number
+
+    with pytest.raises(InputError) as raised:
+        attnviz.load_trace(with_manifest(trace_file.trace_npz(module_trace), lie))
+    message = str(raised.value)
+    assert "\n" not in message and "not an attnviz trace" in message and "IndexError" not in message, message
 
 
 def test_a_modules_trace_of_vectors_keeps_its_x_labels_and_its_batch():
@@ -156,8 +206,7 @@ def test_a_modules_trace_of_vectors_keeps_its_x_labels_and_its_batch():
     trace = tracing.trace_module(MyMultiHeadAttention(d_in=16, d_out=16, num_heads=4), torch.randn(2, 5, 16))
     loaded = attnviz.load_trace(trace_file.trace_npz(trace))
     assert loaded.tokens[:2] == ("x[0]", "x[1]") and loaded.steps["weights"].shape[0] == 2
-    assert_same(loaded, trace, module_run=dataclasses.replace(
-        trace.module_run, filename=pathlib.Path(trace.module_run.filename).name))
+    assert_same(loaded, trace, module_run=as_saved(trace.module_run))
 
 
 @pytest.mark.parametrize("rope", [False, True])

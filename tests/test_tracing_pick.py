@@ -188,7 +188,14 @@ def test_a_saved_trace_keeps_which_attention_it_shows(x, tmp_path):
     trace = tracing.trace_module(TwoBlockGPT().eval(), x, attention=2)
     path = tmp_path / "layer2.npz"
     path.write_bytes(trace_npz(trace))
-    assert load_trace(path).module_run.attention_named == f"attention 2 of 2 on line {SOFTMAX_LINE}"
+    loaded = load_trace(path).module_run
+    assert loaded.attention_named == f"attention 2 of 2 on line {SOFTMAX_LINE}"
+    # the Steps page names the block's class that computed the weights, as for the run before it was saved
+    from attnviz.views import source
+
+    assert source.module_stage_code(loaded, "weights") == source.module_stage_code(trace.module_run, "weights") == (
+        f"# CausalAttention.forward, line {SOFTMAX_LINE} of test_tracing_pick.py\n"
+        "attn_weights = torch.softmax(attn_scores / scale, dim=-1)  # (b, h, n, n)")
 
 
 def test_show_traces_the_attention_it_is_given_and_a_trace_keeps_its_own(x):

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from attnviz import variants
+from attnviz.trace import StageSource
 
 CLASSES = {name: spec.cls for name, spec in variants.VARIANTS.items()}  # name -> the class that runs
 # the line that computes each stage (first match wins)
@@ -76,12 +77,23 @@ def marked_source(variant: str, stage: str, note: str = "") -> tuple[str, int | 
     return "\n".join(lines), index + 1
 
 
+def stage_place(run, stage: str) -> StageSource | None:
+    """Where the line that computed ``stage`` is (``run.stage_sources``); in a trace file written before those were
+    kept, the line of ``run.stage_lines`` in the module's class's source; None where the run has no line for it."""
+    if run.stage_sources:
+        return run.stage_sources.get(stage)
+    line = run.stage_lines.get(stage)
+    return None if line is None else StageSource(
+        owner=run.class_name, function="", filename=run.filename or "", file_named=Path(run.filename or "").name,
+        line=line, source=run.source, first_line=run.first_line, top=True)
+
+
 def module_stage_code(run, stage: str) -> str | None:
     """The line of a traced user module (``trace.module_run``) that computed ``stage``, from the class or function
     whose source holds it (``run.stage_sources``) — named above the line where that is not the module's own forward
     (``# MyMultiHeadAttention.forward, line 308 of gpt.py``) —, or in words where it is a library's; None where the
     run has no line for it."""
-    found = run.stage_sources.get(stage)
+    found = stage_place(run, stage)
     if found is None:
         return None
     if found.library or not found.source:
@@ -93,14 +105,14 @@ def module_stage_code(run, stage: str) -> str | None:
     if not 0 <= index < len(lines):
         return None
     code = lines[index].strip()
-    return code if found.top and found.function == "forward" else (
+    return code if found.top and found.function in ("forward", "") else (
         f"# {found.name}, line {found.line} of {found.file_named}\n{code}")
 
 
 def attention_source(run):
     """The ``StageSource`` of the class or function that holds the attention's softmax (its SDPA call), where it is
     the user's code: what the source panel shows of a stage with no line of its own; None where there is none."""
-    found = run.stage_sources.get("weights") or run.stage_sources.get("context")
+    found = stage_place(run, "weights") or stage_place(run, "context")
     return found if found is not None and not found.library and found.source else None
 
 
@@ -117,7 +129,7 @@ def module_marked_source(run, stage: str) -> tuple[str, int | None, str]:
     the number the op path and the user's editor give it, not its place within the class.  A stage with no line, or
     one a library computed, shows the class that computed the attention (:func:`attention_source`) unmarked, else
     the user's class."""
-    found = run.stage_sources.get(stage)
+    found = stage_place(run, stage)
     lines = [] if found is None or found.library else found.source.splitlines()
     index = None if found is None else found.line - found.first_line
     if index is None or not 0 <= index < len(lines):
@@ -131,7 +143,7 @@ def line_caption(line: int | None, run=None, stage: str | None = None) -> str:
     """What the source panel says of the stage's line: its number in the variant's class, or in the user's file
     (``run``: a traced module's ``ModuleRun``; ``stage``: the stage shown), as the op path gives it, and the method or
     function that holds it; a library's line in words."""
-    found = None if run is None or stage is None else run.stage_sources.get(stage)
+    found = None if run is None or stage is None else stage_place(run, stage)
     if line is None and found is not None and (found.library or not found.source):
         within = f", in {found.name}," if found.name else ""
         whose = ("a library's code, which this page does not show" if found.library
