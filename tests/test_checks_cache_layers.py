@@ -4,20 +4,12 @@ each layer's cache is held to its own sizes, and a cache the caller holds to eac
 one attention is held to the wrapped attention's window; layers that keep their own cache lengths (the book's
 ``window_size``) are each read with their own; a reset that keeps one layer's cache names that layer."""
 
-import inspect
-
 import pytest
 import torch
 from helpers import user_modules as um
+from helpers.source_lines import line_of
 
 from attnviz import checks
-
-
-def line_of(method, text: str) -> int:
-    """The number of the line of ``method`` (a function of tests/helpers/user_modules.py) that holds ``text``."""
-    lines, first = inspect.getsourcelines(method)
-    return first + next(at for at, line in enumerate(lines) if text in line)
-
 
 MHA_LINE = line_of(um.LearnerCachedMHA.forward, "torch.softmax")  # the cached MultiHeadAttention's softmax
 GQA_LINE = line_of(um.LearnerCachedGQA.forward, "torch.softmax")

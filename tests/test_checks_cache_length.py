@@ -9,11 +9,11 @@ import gc
 import importlib.util
 import sys
 import weakref
-from pathlib import Path
 
 import pytest
 import torch
 from helpers import user_modules as um
+from helpers.source_lines import line_of
 from torch import nn
 
 from attnviz import checks, tracing
@@ -659,14 +659,6 @@ def test_a_plain_cache_object_that_keeps_too_little_still_fails_kv_cache():
 
 
 # ------------------------------------------------------------------ a window_size the code says is a sliding window
-
-
-def line_of(cls, text: str) -> int:
-    """The number of the first line of tests/helpers/user_modules.py at or after ``class <cls>`` that holds ``text``
-    (read as text: inspect.getsourcelines parses the whole file to find a class)."""
-    lines = Path(um.__file__).read_text().splitlines()
-    start = next(number for number, line in enumerate(lines) if line.startswith(f"class {cls.__name__}("))
-    return next(number for number, line in enumerate(lines[start:], start=start + 1) if text in line)
 
 
 SAID = [

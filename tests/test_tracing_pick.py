@@ -1,12 +1,12 @@
 """Picking one of a module's attentions: ``trace_module(module, x, attention=k)`` traces the k-th (counted from 1, as
 the checker names them), a model's layers are never stacked as heads, and the Trace says which it shows."""
 
-import inspect
 import math
 
 import numpy as np
 import pytest
 import torch
+from helpers.source_lines import line_of
 from torch import nn
 
 import attnviz
@@ -79,9 +79,7 @@ class TwoShapes(nn.Module):
         return self.wide(x) + self.narrow(x)  # (b, n, d)
 
 
-SOFTMAX_LINE = next(number for number, line in enumerate(inspect.getsourcelines(CausalAttention)[0],
-                                                         start=inspect.getsourcelines(CausalAttention)[1])
-                    if "torch.softmax(" in line)
+SOFTMAX_LINE = line_of(CausalAttention, "torch.softmax(")
 
 
 def hand_weights(attention: CausalAttention, x: torch.Tensor) -> torch.Tensor:

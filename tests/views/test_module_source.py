@@ -3,11 +3,10 @@ a GPT's block's attention class, a helper method, a function of the file — and
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
 from helpers import user_modules as um
+from helpers.source_lines import line_and_code
 from torch import nn
 
 from attnviz import tracing
@@ -36,14 +35,6 @@ def traced(module: nn.Module, attention: int = 1):
     return tracing.trace_module(module.eval(), torch.randn(1, 5, 16), attention=attention)
 
 
-def line_of(function, snippet: str) -> tuple[int, str]:
-    """(the number in its file of the first line of ``function``'s source that holds ``snippet``, that line
-    stripped)."""
-    lines, first = inspect.getsourcelines(function)
-    index = next(i for i, line in enumerate(lines) if snippet in line)
-    return first + index, lines[index].strip()
-
-
 @pytest.mark.parametrize(("attention", "cls", "masked", "context"), [
     (1, um.LearnerSWA, "attn_weights = self.dropout(torch.softmax(", "return self.out_proj((attn_weights @ values)"),
     (2, um.MyMultiHeadAttention, "attn_scores.masked_fill_(mask_bool, -torch.inf)", "context_vec = attn_weights @ v"),
@@ -55,7 +46,7 @@ def test_each_attention_of_a_gpt_shows_the_lines_of_its_blocks_own_class(attenti
     run, name = trace.module_run, cls.__name__
     for stage, snippet in (("scores", "attn_scores = queries @ keys.transpose(2, 3)"), ("masked", masked),
                            ("context", context)):
-        number, line = line_of(cls.forward, snippet)
+        number, line = line_and_code(cls.forward, snippet)
         assert steps.step_text(trace.config, stage, run)["code"] == (
             f"# {name}.forward, line {number} of user_modules.py\n{line}")
         code, marked, shown = source.module_marked_source(run, stage)
@@ -71,12 +62,12 @@ def test_a_helper_method_and_a_function_of_the_file_show_their_own_lines():
     the softmax: each stage's line is from the method or the function, named, and that function's source is shown."""
     trace = traced(um.HelperMethodAttention())
     run = trace.module_run
-    number, line = line_of(um.HelperMethodAttention.attend, "attn_scores = queries @ keys")
+    number, line = line_and_code(um.HelperMethodAttention.attend, "attn_scores = queries @ keys")
     assert steps.step_text(trace.config, "scores", run)["code"] == (
         f"# HelperMethodAttention.attend, line {number} of user_modules.py\n{line}")
     assert source.module_marked_source(run, "scores")[1:] == (number, "HelperMethodAttention")
     for stage, snippet in (("masked", "attn_scores.masked_fill(mask_bool"), ("weights", "torch.softmax(")):
-        number, line = line_of(um.masked_softmax, snippet)
+        number, line = line_and_code(um.masked_softmax, snippet)
         assert steps.step_text(trace.config, stage, run)["code"] == (
             f"# masked_softmax, line {number} of user_modules.py\n{line}")
         code, marked, shown = source.module_marked_source(run, stage)
@@ -90,7 +81,7 @@ def test_a_line_in_a_librarys_file_is_named_in_words_not_shown():
     names and does not show; the source panel shows the user's own class, unmarked."""
     trace = traced(BookClassGPT(), attention=2)
     run = trace.module_run
-    number, _ = line_of(MultiHeadAttention.forward, "torch.softmax(")
+    number, _ = line_and_code(MultiHeadAttention.forward, "torch.softmax(")
     code = steps.step_text(trace.config, "weights", run)["code"]
     assert code == (f"# line {number} of attnviz/attention.py, in MultiHeadAttention.forward, computes this stage: a "
                     "library's code, not shown")
@@ -99,3 +90,4 @@ def test_a_line_in_a_librarys_file_is_named_in_words_not_shown():
     assert source.line_caption(marked, run, "weights") == (
         f"Line {number} of attnviz/attention.py, in MultiHeadAttention.forward, computes this stage: a library's code, "
         "which this page does not show.")
+
