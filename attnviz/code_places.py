@@ -1,13 +1,16 @@
 """Finds, for a line a traced module's forward ran, the class or function of its own code whose source holds it — the
 module's class, a submodule's class (a GPT's blocks' attention), a base class, a helper method, a function of their
 files — read with ``inspect`` from those class objects alone: no file is opened by a name a recording or a browser
-gives.  A line in a file the user did not hand over (a library's) is named, not read."""
+gives.  A line in a file the user did not hand over (a library's) is named, not read.  Which method of a class holds a
+line (:func:`method_holding`) is found here for the checker too (:func:`attnviz.rule_base.layers_computing`)."""
 
 from __future__ import annotations
 
 import inspect
 import os
+import site
 import sysconfig
+import tokenize
 import weakref
 
 from torch import nn
@@ -15,8 +18,19 @@ from torch import nn
 from attnviz.trace import StageSource
 
 _SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # class or function -> (its lines, its first line)
-_INSTALLED = tuple(os.path.abspath(path) + os.sep for path in {
-    sysconfig.get_paths().get(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")} if path)
+_METHODS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # class -> the methods it resolves, not torch's
+# what inspect raises on a file it cannot read as the class was: gone or never a file (OSError), a built-in
+# (TypeError), saved mid-edit since the import (SyntaxError for a class's lines, tokenize.TokenError for a function's)
+_UNREADABLE = (TypeError, OSError, SyntaxError, tokenize.TokenError)
+
+
+def _installed() -> tuple[str, ...]:
+    """The folders installed packages and the standard library are in, the user's own site-packages among them."""
+    folders = {sysconfig.get_paths().get(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(os.path.abspath(folder) + os.sep for folder in (*folders, site.getusersitepackages()) if folder)
+
+
+_INSTALLED = _installed()
 
 
 def source_lines(obj) -> tuple[tuple[str, ...], int]:
@@ -29,7 +43,7 @@ def source_lines(obj) -> tuple[tuple[str, ...], int]:
         try:
             lines, first = inspect.getsourcelines(obj)
             found = tuple(lines), first
-        except (TypeError, OSError):
+        except _UNREADABLE:
             found = (), 1
         _SOURCES[obj] = found
     return found
@@ -99,7 +113,7 @@ class CodePlaces:
         if holder is None:
             return StageSource(owner="", function="", filename=path, file_named=named, line=line, library=not mine)
         lines, first = source_lines(holder)
-        method = _method_holding(holder, path, line) if inspect.isclass(holder) else None
+        method = method_holding(holder, path, line) if inspect.isclass(holder) else None
         return StageSource(owner=holder.__name__, function="" if method is None else method, filename=path,
                            file_named=named, line=line, source="".join(lines) if mine else "", first_line=first,
                            library=not mine, top=holder is self.top)
@@ -108,32 +122,48 @@ class CodePlaces:
     def _class_holding(classes, path: str, line: int):
         """The first of ``classes`` one of whose own methods holds ``line`` of ``path`` — read off the methods' code,
         as Python finds a class's own lines by parsing its whole file, once a class: only the class shown is."""
-        return next((cls for cls in classes if _method_holding(cls, path, line) is not None), None)
+        return next((cls for cls in classes if method_holding(cls, path, line) is not None), None)
 
     def _other_holding(self, path: str, line: int):
         """The function, or the class by one of its methods, of :meth:`others` whose source holds ``line`` of
         ``path``."""
         for other in self.others():
-            if inspect.isfunction(other) and _holds(other, path, line):
+            if inspect.isfunction(other) and holds(other, path, line):
                 return other
-            if inspect.isclass(other) and _method_holding(other, path, line) is not None:
+            if inspect.isclass(other) and method_holding(other, path, line) is not None:
                 return other
         return None
 
 
-def _holds(function, path: str, line: int) -> bool:
-    """Whether the source of ``function`` (a file ``path``'s) holds ``line``."""
-    code = function.__code__
-    if code.co_firstlineno > line or os.path.abspath(code.co_filename) != path:
+def holds(function, path: str, line: int) -> bool:
+    """Whether the source of ``function`` (a plain function, a method, a staticmethod's or classmethod's; the function
+    a decorator wraps) is in file ``path`` (absolute) and holds ``line``; False for anything else, or where Python
+    cannot read it."""
+    function = _function(function)
+    if function is None:
+        return False
+    try:
+        function = inspect.unwrap(function)
+    except ValueError:  # a wrapper that wraps itself
+        return False
+    code = getattr(function, "__code__", None)
+    if code is None or code.co_firstlineno > line or os.path.abspath(code.co_filename) != path:
         return False
     lines, first = source_lines(function)
     return first <= line < first + len(lines)
 
 
-def _method_holding(cls: type, path: str, line: int) -> str | None:
-    """The name of the method of ``cls`` (its own, not a base's) whose source holds ``line`` of ``path``."""
-    for name, value in vars(cls).items():
-        function = _function(value)
-        if function is not None and _holds(function, path, line):
-            return name
-    return None
+def method_holding(cls: type, path: str, line: int, inherited: bool = False) -> str | None:
+    """The name of the method of ``cls`` whose source holds ``line`` of ``path`` (absolute): one of its own (a base's
+    is the base's), or with ``inherited`` any it resolves that is not torch's — as the class resolves it, so a
+    subclass that overrides a method does not hold its parent's."""
+    methods = _resolved(cls) if inherited else vars(cls).items()
+    return next((name for name, value in methods if holds(value, path, line)), None)
+
+
+def _resolved(cls: type) -> tuple:
+    """(name, function) of each method ``cls`` resolves that is not torch's, found once a class."""
+    if cls not in _METHODS:
+        _METHODS[cls] = tuple((name, method) for name, method in inspect.getmembers(cls, inspect.isfunction)
+                              if (method.__module__ or "").split(".")[0] != "torch")
+    return _METHODS[cls]

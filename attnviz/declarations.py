@@ -31,6 +31,7 @@ import inspect
 import math
 import re
 import textwrap
+import tokenize
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -230,7 +231,7 @@ def function_tree(function: Callable) -> tuple[ast.FunctionDef | ast.AsyncFuncti
         lines, first = inspect.getsourcelines(function)
         tree = ast.parse(textwrap.dedent("".join(lines))).body[0]
         found = (tree, first) if isinstance(tree, ast.FunctionDef | ast.AsyncFunctionDef) else None
-    except (OSError, TypeError, SyntaxError, IndexError):
+    except (OSError, TypeError, SyntaxError, tokenize.TokenError, IndexError):  # a file saved mid-edit: no tree
         found = None
     with contextlib.suppress(TypeError):
         _FUNCTION_TREES[function] = found

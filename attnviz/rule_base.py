@@ -15,15 +15,13 @@ It sits below the checker and the rule families it keeps in modules of their own
 
 from __future__ import annotations
 
-import inspect
 import os
-import weakref
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from attnviz import tracing
+from attnviz import code_places, tracing
 
 TOLERANCE = 1e-5
 
@@ -106,42 +104,6 @@ def layers_computing(module: nn.Module, recording: tracing.Recording,
     if line is None:
         return []
     filename, number = os.path.abspath(line[0]), line[1]
-
-    def holds(lines: tuple[str, int, int] | None) -> bool:
-        return lines is not None and lines[0] == filename and lines[1] <= number <= lines[2]
-
     subs = list(module.modules())
-    return ([sub for sub in subs if holds(_forward_lines(type(sub)))]
-            or [sub for sub in subs if any(holds(lines) for lines in _method_lines(type(sub)))])
-
-
-_FORWARD_LINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kept only while the class lives
-_METHOD_LINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _lines(function) -> tuple[str, int, int] | None:
-    """(file, first line, last line) of a function; None when Python cannot tell."""
-    try:
-        function = inspect.unwrap(function)
-        lines, start = inspect.getsourcelines(function)
-        return os.path.abspath(inspect.getsourcefile(function)), start, start + len(lines) - 1
-    except (TypeError, OSError):
-        return None
-
-
-def _forward_lines(cls: type) -> tuple[str, int, int] | None:
-    """(file, first line, last line) of a module class's forward, read once per class; None when Python cannot
-    tell."""
-    if cls not in _FORWARD_LINES:
-        _FORWARD_LINES[cls] = _lines(cls.forward)
-    return _FORWARD_LINES[cls]
-
-
-def _method_lines(cls: type) -> list[tuple[str, int, int]]:
-    """(file, first line, last line) of each method a module class resolves that is not torch's, read once per
-    class."""
-    if cls not in _METHOD_LINES:
-        methods = [method for _, method in inspect.getmembers(cls, inspect.isfunction)
-                   if (method.__module__ or "").split(".")[0] != "torch"]
-        _METHOD_LINES[cls] = [lines for method in methods if (lines := _lines(method)) is not None]
-    return _METHOD_LINES[cls]
+    return ([sub for sub in subs if code_places.holds(type(sub).forward, filename, number)]
+            or [sub for sub in subs if code_places.method_holding(type(sub), filename, number, inherited=True)])

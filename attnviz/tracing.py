@@ -2485,7 +2485,7 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention, *,
     ops = tuple((op.name, op.shape, op.line if op.filename == filename else None,
                  op.stage if first <= index <= last else None)  # the stages of the attention shown, not another's
                 for index, op in enumerate(recording.ops))
-    source_lines, first_line = class_source(type(module))
+    source_lines, first_line = code_places.source_lines(type(module))
     width = score_width(module, attention)
     declared = tuple((found.scale, found.setting)
                      for found in declarations.declared_scales(module, width.head_dim) if found.design)
@@ -2504,13 +2504,6 @@ def _op_span(recording: Recording, attention: Attention) -> tuple[int, int]:
     before = [index for other in recording.attentions if other is not attention
               for index in (*other.context_ops, other.op_index) if index < attention.op_index]
     return (max(before) + 1 if before else 0), (last if last >= 0 else len(recording.ops) - 1)
-
-
-def class_source(cls: type) -> tuple[tuple[str, ...], int]:
-    """(the source lines of ``cls``, the number of its first line), read once a class — Python finds a class's lines
-    by parsing the whole file that defines it, a noticeable time for a long file on every new text; ((), 1) where
-    Python cannot read them.  A file saved since and imported anew defines another class, read anew."""
-    return code_places.source_lines(cls)
 
 
 def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from attnviz import tracing
+from attnviz import code_places
 from attnviz.declarations import (
     SPELLINGS,
     class_says_cache,
@@ -168,7 +168,7 @@ def window_said(module: nn.Module) -> str | None:
 
 def _per_class(read: Callable) -> Callable:
     """``read(cls, …)`` read once per class and arguments, and kept only while the class lives, as
-    :func:`attnviz.tracing.class_source` keeps a class's source (what is kept holds no reference to the class: a
+    :func:`attnviz.code_places.source_lines` keeps a class's source (what is kept holds no reference to the class: a
     class a user's module replaced is not kept alive by it)."""
     kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -358,8 +358,8 @@ def _given_window(target: Callable, call: ast.Call, name: str, aliases: set[str]
 
 def _class_lines(klass: type) -> tuple[int | None, int | None]:
     """The lines of its file a class's ``class`` statement and its docstring start on, found by the statement's text
-    in the class's source (:func:`attnviz.tracing.class_source`, read once a class); None where not known."""
-    lines, first = tracing.class_source(klass)
+    in the class's source (:func:`attnviz.code_places.source_lines`, read once a class); None where not known."""
+    lines, first = code_places.source_lines(klass)
     statement = re.compile(rf"\s*class\s+{re.escape(klass.__name__)}\b")
     at = next((index for index, line in enumerate(lines) if statement.match(line)), None)
     if at is None:

@@ -3,6 +3,9 @@ a GPT's block's attention class, a helper method, a function of the file — and
 
 from __future__ import annotations
 
+import inspect
+import tokenize
+
 import pytest
 import torch
 from helpers import user_modules as um
@@ -91,3 +94,71 @@ def test_a_line_in_a_librarys_file_is_named_in_words_not_shown():
         f"Line {number} of attnviz/attention.py, in MultiHeadAttention.forward, computes this stage: a library's code, "
         "which this page does not show.")
 
+
+SAVED = '''import torch
+from torch import nn
+
+
+def attend(scores):
+    return torch.softmax(scores, dim=-1)  # (b, n, n)
+
+
+class Edited(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # (b, n, d) each
+        weights = attend(q @ k.transpose(1, 2) / 4.0)  # (b, n, n)
+        return weights @ v  # (b, n, d)
+'''
+
+
+def test_a_module_whose_file_is_saved_mid_edit_after_its_import_still_traces_and_checks(tmp_path, monkeypatch):
+    """The user imports their module, then saves its file half-typed (a docstring not closed, a ``def`` cut off):
+    Python can no longer read its class's or its functions' lines (SyntaxError, tokenize's TokenError), and the page
+    traces and checks it all the same, naming the stage's line in words — no traceback."""
+    import importlib.util
+
+    from attnviz import checks
+
+    path = tmp_path / "edited_mid_save.py"
+    path.write_text(SAVED)
+    spec = importlib.util.spec_from_file_location("edited_mid_save", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, "edited_mid_save", module)
+    spec.loader.exec_module(module)
+    # saved mid-edit, after the import: a docstring opened in the forward and not closed
+    path.write_text(SAVED + '        """Half-typed\n')
+    with pytest.raises(SyntaxError):
+        inspect.getsourcelines(module.Edited)  # what Python itself does with the class
+    with pytest.raises(tokenize.TokenError):
+        inspect.getsourcelines(module.Edited.forward)  # and with its forward
+    trace = traced(module.Edited())
+    run = trace.module_run
+    assert run.source == "" and source.module_marked_source(run, "scores")[1:] == (None, "attend")
+    lines = SAVED.splitlines()
+    scores, softmax = (next(number for number, line in enumerate(lines, start=1) if text in line)
+                       for text in ("weights = attend(", "torch.softmax("))
+    assert source.module_stage_code(run, "scores") == (
+        f"# line {scores} of edited_mid_save.py computes this stage: outside the classes and functions attnviz reads")
+    # the helper the edit left whole is read as before
+    assert source.module_stage_code(run, "weights") == (
+        f"# attend, line {softmax} of edited_mid_save.py\nreturn torch.softmax(scores, dim=-1)  # (b, n, n)")
+    (check,) = checks.check_module(module.Edited().eval(), torch.randn(1, 5, 16), rules=["scaling"])
+    assert check.status in ("pass", "fail", "warn"), check
+
+
+def test_a_package_installed_with_pip_install_user_is_a_librarys_code_beside_a_module_in_the_home_folder():
+    """A user's module in their home folder, and the book's package installed with ``pip install --user``, which
+    lives in a folder under it: the package's file is a library's, named and not shown, as one in site-packages."""
+    import os
+    import site
+
+    from attnviz import code_places
+
+    own = os.path.join(os.path.dirname(site.getuserbase()), "gpt.py")  # ~/gpt.py, beside ~/.local
+    package = os.path.join(site.getusersitepackages(), "llms_from_scratch", "ch03.py")
+    assert code_places.users_file(os.path.join(os.path.dirname(own), "helpers.py"), own)
+    assert not code_places.users_file(package, own)
