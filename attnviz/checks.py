@@ -839,7 +839,7 @@ def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tra
                 "spreads its weight evenly over every key, the future's too (see mask-convention)")
     if rerun_of is None:
         try:
-            rerun = tracing.combine(tracing.record(module, changed).attentions)[0]
+            rerun = tracing.combine(tracing.record(module, changed).attentions)
         except tracing.TraceError:
             return ""
     else:
@@ -1475,7 +1475,7 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
     try:
         module.train()  # one training-mode forward serves both questions
         recording = tracing.record(module, x)
-        attention, _ = tracing.combine(recording.attentions)
+        attention = tracing.combine(recording.attentions)
     finally:
         module.train(was_training)
     # the p of a dropout on the weights that drops, read from its own calls too: heads recorded one by one (the

@@ -1771,14 +1771,14 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
     sequence's context lets the next be read, with the same inputs, and one that differs without showing why ends the
     search — the layers after it are given other inputs."""
     try:
-        wholes = tracing.record(module, sequence).attentions
-        _, steps = tracing.step_attentions(module, sequence[:, start:stop], **rerun())
+        wholes = tracing.each_attention(tracing.record(module, sequence))  # one per layer, as ``layers`` are
+        steps = tracing.stacked_heads(tracing.step_attentions(module, sequence[:, start:stop], **rerun())[1])
     except (tracing.TraceError, time_limit.UserCallError):
         return None
     if not steps:
         return None
     if not layers or len(wholes) != len(layers) or len(steps) != len(layers):
-        return _attention_cause(module, module, tracing.combine(wholes)[0], steps[0], start, stop, counter,
+        return _attention_cause(module, module, tracing.combine(wholes), steps[0], start, stop, counter,
                                 precision)
     for layer, whole, step, own in zip(layers, wholes, steps, [*counters, *[None] * len(layers)]):
         words = _attention_cause(module, _owner(layer, module), whole, step, start, stop, own or counter, precision)

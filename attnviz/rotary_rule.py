@@ -53,7 +53,7 @@ def rotary_placement(module: nn.Module, x: torch.Tensor, built_base: float | Non
     n = rotary_tokens(module, x)
     if n < 2:
         return Check(rule, "skip", "1 token: no distance i − j to compare — check 2 or more tokens")
-    attention, _ = tracing.combine(tracing.record(module, _one_token_repeated(x, n)).attentions)
+    attention = tracing.combine(tracing.record(module, _one_token_repeated(x, n)).attentions)
     stages = (attention.queries, attention.keys, attention.values)
     if any(stage is None or stage.shape[-2] != n for stage in stages):
         return Check(rule, "skip", "the module's Q, K and V could not be identified on one token repeated")

@@ -48,9 +48,10 @@ a model's layer by layer).
 ``trace_module(module, x)`` returns a ``Trace`` like the book's producer's, for every item of the batch: maps
 ``(batch, heads, n, n)``, ``queries``/``keys``/``values``/``context`` per head ``(batch, heads, n, head_dim)``,
 the output ``(batch, n, d_out)``, and ``shapes`` listing every recorded op in order with its real shape, so the
-diagram draws the user's own pipeline.  Its maps and stages are one attention's: a wrapper's one-head softmaxes
-stacked as its heads, else the one ``attention=k`` picks (counted from 1, as the checker names them; a model's layers,
-each computed from the one before, are never stacked as heads: :func:`each_attention`).  The views (the app,
+diagram draws the user's own pipeline.  Its maps and stages are one attention's, the one ``attention=k`` picks
+(counted from 1, as the checker names them): a wrapper's one-head softmaxes are stacked as its heads (in a model of
+wrappers, each layer's), and a model's layers, each computed from the one before, are never stacked as heads
+(:func:`each_attention`).  The views (the app,
 ``attnviz.show``) draw item 0.  The module is never edited and declares nothing; it runs in the mode (train/eval) it
 is in, without gradients.  Its ``module_run.score_width`` is the head_dim the scale is judged by (``score_width``,
 the checker's ``scaling`` rule's too): not the width of the recorded q·k where the scores run over an absorbed MLA's
@@ -182,8 +183,10 @@ class Attention:
     out_proj: tuple | None = None  # nn.MultiheadAttention's (out_proj weight, bias)
     op_index: int = -1  # the op that produced the weights (Recording.ops)
     context_ops: tuple[int, ...] = ()  # the ops that produced the context: weights @ V, or the fused call
-    # its weights are computed from another attention's context (a model's later layer), so it is no head beside it
-    after_attention: bool = False
+    # the context ops of earlier attentions its weights are computed from, up to the nearest on each path: none for a
+    # model's first layer, the layer before's (and those its residual carries) for a later layer — a wrapper's heads,
+    # computed from one input, share them, and a later layer's are another set (:func:`stacked_heads`)
+    made_from: frozenset[int] = frozenset()
 
     def masked_cells(self) -> torch.Tensor:
         """bool (b, h, nq, nk): True at every cell the mask hid, the causal triangle's too
@@ -661,8 +664,9 @@ def step_attentions(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tup
     """Run one forward of ``module`` on ``x`` (batch, q, d_in) — a cached step, whose q queries may attend over more
     keys than q — recording it: (what the forward returned, every attention whose rows are x's q queries, in the
     order the forward computed them — a model's layers: a softmax over the last dimension of a (…, q, k) tensor, or an
-    SDPA / MultiheadAttention call), the list empty when it computes none.  A forward that raises is a TraceError, as
-    in :func:`run_forward`."""
+    SDPA / MultiheadAttention call), the list empty when it computes none, each with the earlier contexts it is
+    computed from, as :func:`record`'s (:func:`stacked_heads` stacks them alike).  A forward that raises is a
+    TraceError, as in :func:`run_forward`."""
     recorder = _Recorder()
     try:
         try:
@@ -674,27 +678,28 @@ def step_attentions(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tup
         rows = [node for node, dim in recorder.softmaxes if dim == -1 and node.out.shape[-2] == q]
         made_of = _made_of(recorder.nodes.get(id(first_tensor(output))))
         found = [_from_softmax(node, recorder, made_of, _sink_slice(node)) for node in rows]
-        fused = [a for a in recorder.fused_calls if a.weights.shape[-2] == q]
-        return output, sorted([*found, *fused], key=lambda a: a.op_index)
+        fused = [(a, node) for a, node in zip(recorder.fused_calls, recorder.fused_nodes) if a.weights.shape[-2] == q]
+        _mark_later_layers([*zip(found, rows), *fused])  # so that stacked_heads stacks them as it stacks record's
+        return output, sorted([*found, *(a for a, _ in fused)], key=lambda a: a.op_index)
     finally:
         recorder.forget()
 
 
 def _mark_later_layers(made_by: list[tuple[Attention, _Node]]) -> None:
-    """Set ``after_attention`` on each attention whose weights are computed from another's context — a model's
-    later layer, whose input is the layer before's output; heads of one layer are computed from the input alone.
-    ``made_by``: each attention with the node of its softmax or fused call."""
+    """Set ``made_from`` on each attention: the context ops of the others its weights are computed from — a model's
+    later layer, whose input is the layer before's output, has some; heads of one layer, computed from one input,
+    have the same.  ``made_by``: each attention with the node of its softmax or fused call."""
     if len(made_by) < 2:
         return
     contexts = {index for attention, _ in made_by for index in attention.context_ops}
-    memo: dict[int, bool] = {}  # id(node) -> whether it is computed from a context
+    memo: dict[int, frozenset[int]] = {}  # id(node) -> the context ops it is computed from
     for attention, node in made_by:
-        attention.after_attention = _from_contexts(node, contexts, memo)
+        attention.made_from = _from_contexts(node, contexts, memo)
 
 
-def _from_contexts(start: _Node, contexts: set[int], memo: dict[int, bool]) -> bool:
-    """Whether a tensor ``start`` is computed from is a context op (op indices in ``contexts``), walking back through
-    every parent; ``memo`` keeps each node's answer for the next walk."""
+def _from_contexts(start: _Node, contexts: set[int], memo: dict[int, frozenset[int]]) -> frozenset[int]:
+    """The context ops (op indices in ``contexts``) a tensor ``start`` is computed from, walking back through every
+    parent up to the first context on each path; ``memo`` keeps each node's answer for the next walk."""
     stack = [(start, False)]
     while stack:
         node, expanded = stack.pop()
@@ -702,7 +707,11 @@ def _from_contexts(start: _Node, contexts: set[int], memo: dict[int, bool]) -> b
             continue
         parents = [parent for parent in node.parents if parent is not None]
         if expanded:
-            memo[id(node)] = any(parent.index in contexts or memo[id(parent)] for parent in parents)
+            found = [frozenset((parent.index,)) if parent.index in contexts else memo[id(parent)]
+                     for parent in parents]
+            found = [one for one in found if one]
+            memo[id(node)] = (frozenset() if not found else found[0] if all(one == found[0] for one in found)
+                              else frozenset().union(*found))
         else:
             stack.append((node, True))
             stack.extend((parent, False) for parent in parents if id(parent) not in memo)
@@ -2324,35 +2333,49 @@ def embed_text(text: str, d_in: int, *, seed: int = 123) -> tuple[str, list[int]
     return text, token_ids, inputs, arrays
 
 
-def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
-    """One attention for the Trace: per-head softmaxes of one shape stack into heads — one-head softmaxes none of
-    which is computed from another's context (a wrapper's heads, not a model's layers: ``Attention.after_attention``);
-    otherwise the first (with a note naming how many there were and which this is, :func:`picked`)."""
-    first = attentions[0]
-    same = [a for a in attentions if a.weights.shape == first.weights.shape and a.kind == first.kind]
-    if (len(attentions) > 1 and len(same) == len(attentions) and first.weights.shape[1] == 1
-            and not any(a.after_attention for a in same)):
-        stacked = Attention(kind=first.kind, weights=torch.cat([a.weights for a in same], dim=1),
-                            masked=torch.cat([a.masked for a in same], dim=1), op_index=first.op_index,
-                            scale=first.scale, operand_scales=first.operand_scales, is_causal=first.is_causal,
-                            summed_widths=first.summed_widths, dropout_p=max(a.dropout_p for a in same),
-                            weights_scale=first.weights_scale, lost=first.lost, unrecorded=first.unrecorded,
-                            context_ops=tuple(index for a in same for index in a.context_ops))
-        stacked.dropout_after_p = max(a.dropout_after_p for a in same)  # a head whose dropout drops: the module's does
-        for stage in ("scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden"):
-            parts = [getattr(a, stage) for a in same]
-            if all(p is not None for p in parts):
-                setattr(stacked, stage, torch.cat(parts, dim=1))
-        return stacked, None
-    return first, None if len(attentions) == 1 else picked_note(len(attentions), 1, "")
+def stacked_heads(attentions: list[Attention]) -> list[Attention]:
+    """The attentions a Trace can show, in the order the forward computed them: each run of one-head softmaxes of one
+    shape computed from the same earlier contexts (``Attention.made_from``) stacked into one attention's heads — a
+    wrapper's heads, one layer of a model of wrappers; a model's layers, each computed from the one before, are never
+    stacked together — and every other attention as it is (a layer's multi-head softmax, a fused call)."""
+    runs: list[list[Attention]] = []
+    for attention in attentions:
+        last = runs[-1][-1] if runs else None
+        if (last is not None and attention.weights.shape[1] == 1 and attention.weights.shape == last.weights.shape
+                and attention.kind == last.kind and attention.made_from == last.made_from):
+            runs[-1].append(attention)
+        else:
+            runs.append([attention])
+    return [run[0] if len(run) == 1 else _stack(run) for run in runs]
+
+
+def _stack(same: list[Attention]) -> Attention:
+    """One attention whose heads are the one-head attentions ``same``, in order."""
+    first = same[0]
+    stacked = Attention(kind=first.kind, weights=torch.cat([a.weights for a in same], dim=1),
+                        masked=torch.cat([a.masked for a in same], dim=1), op_index=first.op_index,
+                        scale=first.scale, operand_scales=first.operand_scales, is_causal=first.is_causal,
+                        summed_widths=first.summed_widths, dropout_p=max(a.dropout_p for a in same),
+                        weights_scale=first.weights_scale, lost=first.lost, unrecorded=first.unrecorded,
+                        context_ops=tuple(index for a in same for index in a.context_ops), made_from=first.made_from)
+    stacked.dropout_after_p = max(a.dropout_after_p for a in same)  # a head whose dropout drops: the module's does
+    for stage in ("scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden"):
+        parts = [getattr(a, stage) for a in same]
+        if all(p is not None for p in parts):
+            setattr(stacked, stage, torch.cat(parts, dim=1))
+    return stacked
+
+
+def combine(attentions: list[Attention]) -> Attention:
+    """The first attention a Trace can show (:func:`stacked_heads`): a wrapper's one-head softmaxes stacked into its
+    heads, else the first the forward computed."""
+    return stacked_heads(attentions)[0]
 
 
 def each_attention(recording: Recording) -> list[Attention]:
-    """The attentions a Trace can show, in the order the forward computed them, as the checker numbers them
-    ("attention 2 of 2"): the one :func:`combine` stacks a wrapper's one-head softmaxes into, else every one the
-    forward computed (a model's layers, attentions of different shapes)."""
-    combined, _ = combine(recording.attentions)
-    return [combined] if combined is not recording.attentions[0] else list(recording.attentions)
+    """The attentions a Trace can show, as the checker numbers them ("attention 2 of 2"): :func:`stacked_heads` of
+    the forward's."""
+    return stacked_heads(recording.attentions)
 
 
 def attention_places(recording: Recording, attentions: list[Attention], own_file: str | None) -> tuple[str, ...]:

@@ -524,7 +524,7 @@ def test_todays_attention_written_by_a_learner_passes(cls, args):
 def test_matches_reference_compares_a_gqa_modules_repeated_keys_and_catches_a_wrong_context():
     module = learner(um.LearnerGQA, 2)
     recording = tracing.record(module, checks.default_input(module))
-    attention, _ = tracing.combine(recording.attentions)
+    attention = tracing.combine(recording.attentions)
     assert attention.keys.shape[1] == 4  # per query head, after repeat_interleave
     assert checks.matches_reference(recording, attention, True).status == "pass"
     attention.values = attention.values.flip(1)  # heads paired with the wrong K/V group
@@ -1545,7 +1545,7 @@ def test_weights_transposed_after_the_softmax_are_named_when_causal_fails():
     torch.manual_seed(0)
     module, x = EinsumTransposedWeights().eval(), torch.randn(2, 3, 16)
     recording = tracing.record(module, x)
-    attention, _ = tracing.combine(recording.attentions)
+    attention = tracing.combine(recording.attentions)
     check = checks.causal_rule(module, x, recording.output, True, attention=attention)
     line = Path(__file__).read_text().splitlines().index(
         '        pattern = torch.einsum("bhqk->bhkq", scores.softmax(dim=-1))  # (b, h, n, n): the bug') + 1
@@ -1623,7 +1623,7 @@ def test_einsums_operands_are_read_as_queries_keys_and_values_per_head():
     torch.manual_seed(0)
     module = um.EinsumAttention(layout="tokens").eval()
     x = torch.randn(2, 5, 16)
-    attention, _ = tracing.combine(tracing.record(module, x).attentions)
+    attention = tracing.combine(tracing.record(module, x).attentions)
     with torch.no_grad():
         q, k, v = module.qkv(x).view(2, 5, 3, 4, 4).unbind(2)  # (b, n, h, hd) each
     for recorded, wanted in ((attention.queries, q), (attention.keys, k), (attention.values, v)):

@@ -499,7 +499,7 @@ def causal_attention() -> tracing.Attention:
     """A causal attention traced on 3 tokens: its hidden cells are exactly the future."""
     torch.manual_seed(0)
     module = um.MyMultiHeadAttention(16, 32, 16, 0.0, 4).eval()
-    return tracing.combine(tracing.record(module, torch.randn(1, 3, 16)).attentions)[0]
+    return tracing.combine(tracing.record(module, torch.randn(1, 3, 16)).attentions)
 
 
 class RollingKVCache(nn.Module):

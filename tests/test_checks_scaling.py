@@ -53,7 +53,7 @@ def test_the_stages_keep_q_from_before_its_scale_turned_by_rotary(how):
     """The recorded queries are q rotated without the scale, and the scale holds the factor q was given."""
     module = scaled(how).eval()
     x = torch.randn(2, 8, 64)  # (b, n, d)
-    attention = tracing.combine(tracing.record(module, x).attentions)[0]
+    attention = tracing.combine(tracing.record(module, x).attentions)
     q = module.qkv(x).view(2, 8, 3, 4, 16).permute(2, 0, 3, 1, 4)[0]  # (b, h, n, hd)
     assert attention.scale == pytest.approx(0.25)
     assert attention.operand_scales == pytest.approx((0.25, 1.0))

@@ -56,7 +56,7 @@ def test_a_tanh_that_is_no_soft_cap_is_named_when_scaling_cannot_find_the_scale(
     comes between Q @ Kᵀ and the softmax."""
     torch.manual_seed(0)
     recording = attnviz.tracing.record(TanhWithoutTheDivide().eval(), torch.randn(1, 3, 64))
-    check = checks.scaling(attnviz.tracing.combine(recording.attentions)[0])
+    check = checks.scaling(attnviz.tracing.combine(recording.attentions))
     line = Path(__file__).read_text().splitlines().index(
         "        s = torch.tanh(q @ k.transpose(-1, -2) / self.divide_by) * self.cap  # (b, h, n, n)") + 1
     assert check == checks.Check("scaling", "skip", "the scale of the scores could not be identified (no Q @ Kᵀ "

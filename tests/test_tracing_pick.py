@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.source_lines import line_of
+from helpers.user_modules import LearnerMHAWrapper
 from torch import nn
 
 import attnviz
@@ -77,6 +78,20 @@ class TwoShapes(nn.Module):
 
     def forward(self, x):
         return self.wide(x) + self.narrow(x)  # (b, n, d)
+
+
+class TwoWrapperLayers(nn.Module):
+    """Two of the book's MultiHeadAttentionWrapper (section 3.6.1) in sequence, each of two one-head CausalAttentions:
+    two layers of two heads, though the forward computes four one-head softmaxes."""
+
+    def __init__(self, d_in=16, num_heads=2, context_length=16):
+        super().__init__()
+        self.d_in = d_in
+        self.layers = nn.Sequential(*(LearnerMHAWrapper(d_in, d_in // num_heads, context_length, 0.0, num_heads)
+                                      for _ in range(2)))
+
+    def forward(self, x):
+        return self.layers(x)  # (b, n, d)
 
 
 SOFTMAX_LINE = line_of(CausalAttention, "torch.softmax(")
@@ -180,6 +195,25 @@ def test_a_wrappers_one_head_softmaxes_are_one_attention_of_its_heads(x):
         tracing.trace_module(wrapper, x, attention=2)
     assert str(caught.value) == (f"attention=2: the forward computed one attention (on line {SOFTMAX_LINE}) — "
                                  "attention=1 shows it")
+
+
+def test_a_model_of_wrappers_shows_each_layers_one_head_softmaxes_as_its_heads(x):
+    """Layer 2's heads are computed from layer 1's output: the four one-head softmaxes are two attentions of two heads
+    each, the Trace's and the checker's "attention 2 of 2" alike."""
+    torch.manual_seed(5)
+    model = TwoWrapperLayers().eval()
+    future = torch.ones(6, 6, dtype=torch.bool).triu(1)  # (n, n)
+    for number, given in ((1, x), (2, model.layers[0](x).detach())):  # what the layer's heads are given
+        with torch.no_grad():
+            expected = torch.stack([torch.softmax(  # softmax(mask(q·kᵀ) / √d_out) of each head, (b, n, n)
+                (head.W_query(given) @ head.W_key(given).transpose(1, 2)).masked_fill(future, float("-inf"))
+                / math.sqrt(8), dim=-1) for head in model.layers[number - 1].heads], dim=1)  # (b, 2, n, n)
+            trace = tracing.trace_module(model, x, attention=number)
+        np.testing.assert_allclose(trace.steps["weights"], expected.numpy(), atol=1e-6)
+        assert trace.module_run.attention_named.startswith(f"attention {number} of 2 on line ")
+        assert trace.notes == (f"The forward computed 2 attentions; this shows {trace.module_run.attention_named}.",)
+    (check,) = checks.check_module(model, x, rules=["rows-sum-to-one"])
+    assert check.status == "pass" and check.evidence.endswith("— in each of the 2 attentions"), check
 
 
 def test_a_saved_trace_keeps_which_attention_it_shows(x, tmp_path):

@@ -29,7 +29,7 @@ def test_a_sliding_windows_weights_are_positive_exactly_inside_the_band(cls, win
     weights = torch.tensor(trace.steps["weights"])  # (b, h, n, n)
     assert weights.shape == (2, 4, 7, 7)
     assert torch.equal(weights > 0, band(7, window).expand_as(weights))
-    attention, _ = tracing.combine(tracing.record(build(cls, window), x()).attentions)
+    attention = tracing.combine(tracing.record(build(cls, window), x()).attentions)
     assert checks.sliding_window(attention) == window
 
 

@@ -56,7 +56,7 @@ def observe_traced(module: nn.Module, inputs: torch.Tensor, seed: int | None = 0
             recording = tracing.record(module, inputs)
     except tracing.TraceError as exc:
         return Observation(maps={}, output=None, error=str(exc))
-    attention, _ = tracing.combine(recording.attentions)
+    attention = tracing.combine(recording.attentions)
     found = {name: getattr(attention, name) for name in MAP_STAGES}
     found["scaled"] = found["scaled"] if found["scaled"] is not None else found["masked"]
     found["scores"] = found["scores"] if found["scores"] is not None else found["scaled"]
@@ -212,7 +212,7 @@ def detect_kv_groups(module, inputs, setup: LabSetup) -> Version:
     else:
         with torch.no_grad():
             recording = tracing.record(module, inputs)
-            used = tracing.combine(recording.attentions)[0].keys[0]  # (h, n, hd): each head's keys, as used
+            used = tracing.combine(recording.attentions).keys[0]  # (h, n, hd): each head's keys, as used
             b, n, _ = inputs.shape
             own = module.W_key(inputs).view(b, n, module.num_kv_groups, module.head_dim)  # (b, n, g, hd)
             own = own.transpose(1, 2)[0]  # (g, n, hd)
@@ -247,7 +247,7 @@ def detect_window(module, inputs, setup: LabSetup) -> Version:
         verdict = (f"{amount(n, 'token')}: no key is {window} or more behind a query, so a window of {window} "
                    "hides nothing here")
         return Version(False, verdict, observation, {"window": None})
-    attention = tracing.combine(tracing.record(module, inputs).attentions)[0]
+    attention = tracing.combine(tracing.record(module, inputs).attentions)
     found = checks.sliding_window(attention)
     if found == window:
         verdict = f"query i sees {window_sees(window)}: a window of exactly {window}"
