@@ -122,7 +122,7 @@ from attnviz.rule_base import (
 )
 from attnviz.softcap_sinks_rule import SINK_WORDS, sinks_mismatch, softcap_mismatch, unread_softcap
 from attnviz.tokens import counted
-from attnviz.trace import ScoreWidth, hidden_by_mask
+from attnviz.trace import ScoreWidth, attention_named, hidden_by_mask
 from attnviz.tracing import score_width
 from attnviz.window_reading import attention_window, cache_length_reading, window_said
 from attnviz.words import amount, name_words, window_sees
@@ -386,9 +386,10 @@ def _nth(attentions: list[tracing.Attention] | None, index: int) -> tracing.Atte
 
 def _attention_named(recording: tracing.Recording, attention: tracing.Attention, index: int, total: int,
                      own_file: str | None) -> str:
-    """"attention 2 of 3 on line 30": which of a model's attentions, and the line of its softmax (or SDPA call)."""
-    op = recording.ops[attention.op_index] if 0 <= attention.op_index < len(recording.ops) else None
-    return f"attention {index + 1} of {total}" + ("" if op is None else tracing.op_place(op, own_file))
+    """"attention 2 of 3 on line 30": which of a model's attentions, and the line of its softmax (or SDPA call), as
+    the Trace of it names it (:attr:`attnviz.trace.ModuleRun.attention_named`)."""
+    (place,) = tracing.attention_places(recording, [attention], own_file)
+    return attention_named(index + 1, total, place)
 
 
 def _attention_layers(module: nn.Module, recording: tracing.Recording, attentions: list[tracing.Attention],
