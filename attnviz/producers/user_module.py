@@ -25,6 +25,7 @@ from attnviz.rng import built_once, seeded
 from attnviz.trace import Trace
 
 SHOWN_QUERIES = 8  # the rows a NaN message names before "…"
+KEPT_FAILURES = 64  # the failed probe runs remembered (per module and sizes), the oldest forgotten first
 # what to do when the forward refuses the width attnviz read off a module whose constructor takes none
 BUILT_WIDTH = "take it as a constructor argument (d_in, hidden_size, n_embd …), which the sidebar's d_in sets"
 
@@ -70,13 +71,20 @@ def prepare(config: AttentionConfig) -> None:
 
 _preparing = threading.local()  # .active: this thread is in prepare()
 _failed_in_prepare: dict[tuple[str, AttentionConfig], ConfigError] = {}  # (builder, key) -> what prepare() met
+# key -> why the built module's probe run failed (its forward raised, ran past the time limit, computed no attention):
+# the sidebar asks on every rerun of every page, and the same forward on the same seeded tokens fails the same way
+_failed_probes: dict[AttentionConfig, str] = {}
 
 
 def forget_failures(label: str) -> None:
-    """Forget what :func:`prepare` met building the module ``label`` (Try again: the next run builds it)."""
+    """Forget what :func:`prepare` met building the module ``label`` and every failed probe run of it (Try again: the
+    next run builds and runs it)."""
     for builder, key in list(_failed_in_prepare):
         if key.module == label:
             _failed_in_prepare.pop((builder, key), None)
+    for key in list(_failed_probes):
+        if key.module == label:
+            _failed_probes.pop(key, None)
 
 
 def _reported_after_prepare(build):
@@ -110,10 +118,25 @@ def _probed_sizes(key: AttentionConfig) -> tuple[int, int, tuple[tuple[int, bool
     """(input width, output width, (heads, causal, place) of each attention :func:`attnviz.tracing.each_attention`
     lists) of the built module, from a 4-token seeded run on the width it was built with (its constructor's width
     argument under any spelling: ``user_code.listed_sizes``), else on the width it says or its forward's first
-    projection takes (``tracing.input_width``), else the sidebar's."""
+    projection takes (``tracing.input_width``), else the sidebar's.  A run that failed is not run again for the same
+    key: its ConfigError is raised at once, until :func:`forget_failures`."""
+    module = _built_module(key)  # a constructor's failure is user_code's to remember (until the file is saved)
+    failed = _failed_probes.get(key)
+    if failed is not None:
+        raise ConfigError(failed)
+    try:
+        return _probe(key, module)
+    except ConfigError as error:
+        _failed_probes[key] = str(error)
+        while len(_failed_probes) > KEPT_FAILURES:
+            _failed_probes.pop(next(iter(_failed_probes)))
+        raise
+
+
+def _probe(key: AttentionConfig, module: torch.nn.Module) -> tuple[int, int, tuple[tuple[int, bool, str], ...]]:
+    """:func:`_probed_sizes` of the module built from ``key``."""
     from attnviz import user_code  # the modules listed on the command line
 
-    module = _built_module(key)
     d_in, width = user_code.listed_sizes(key.module, key).get("d_in"), None
     if d_in is None:
         width = tracing.input_width(module)

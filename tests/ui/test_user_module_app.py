@@ -135,10 +135,22 @@ def test_the_marked_line_has_its_number_in_the_users_file_as_the_op_path_gives_i
 @pytest.mark.parametrize(("label", "words"), [("Your module: Raises", "the forward raised RuntimeError"),
                                               ("Your module: NoSoftmax", "no attention found")])
 def test_a_module_that_cannot_run_says_why_and_keeps_the_text(label, words):
+    """The page says why; a rerun says it again without running the module's forward again — it would fail the same
+    way, and a forward that never returns would hold every click for the time limit."""
     at = app(variant=label, text="My own text stays")
     no_exception(at)
     assert any(words in w.value for w in at.warning)
     assert at.sidebar.text_area(key="text").value == "My own text stays"
+    forwards = []
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: forwards.append(type(module).__name__))
+    try:
+        at.run()
+        at.run()
+    finally:
+        hook.remove()
+    assert label.removeprefix("Your module: ") not in forwards, forwards
+    assert any(words in w.value for w in at.warning)
 
 
 def test_a_module_whose_forward_never_returns_is_stopped_with_a_message(monkeypatch):
