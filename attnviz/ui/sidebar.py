@@ -269,10 +269,10 @@ def layer_selectbox(choice: ui_weights.Choice) -> None:
 
 def attention_selectbox(places: tuple[str, ...]) -> None:
     """The Attention selectbox: which of the module's attentions the pages draw, "1 of 2 (line 35)", counted from 1
-    as the checker names them (``places``: where each is, in the order the forward computes them)."""
+    as the checker names them (``places``: where each is, in the order the forward computes them).  The session's
+    attention is among them: :func:`_attention_in_range` keeps it so on every whole run, and a run of the layer views'
+    fragment alone changes neither the module nor its sizes, which decide ``places``."""
     total = len(places)
-    if not 1 <= st.session_state["attention"] <= total:  # a text on which the forward computes fewer
-        set_setting("attention", 1)
     st.selectbox("Attention", list(range(1, total + 1)), **bind("attention"),
                  format_func=lambda number: f"{number} of {total}" + (f" ({places[number - 1]})"
                                                                       if places[number - 1] else ""),
