@@ -159,14 +159,14 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
         "hovertemplate": ("dimension %{x}<br>q[d] = %{customdata[0]:.4f}<br>k[d] = %{customdata[1]:.4f}"
                           "<br>q[d]·k[d] = %{y:.4f}<extra></extra>"),
     }
-    sums = (f"Σ q[d]·k[d] = score {_score(explanation.score)}   {_divisor_text(explanation)} = scaled "
+    sums = (f"Σ q[d]·k[d] = score{NBSP}{_score(explanation.score)}   {_divisor_text(explanation)} = scaled{NBSP}"
             f"{_score(explanation.scaled)}<br>")
     if explanation.masked:
-        sums += "→ masked: weight 0"
+        sums += f"→ masked: weight{NBSP}0"
         subtitle = safe_label(explanation.reason or "")
     else:
-        taken = (f"→ the softmax takes {_score(explanation.masked_score)} " if explanation.input_changed else "")
-        sums += f"{taken}→ softmax over row {explanation.query}: weight {explanation.weight:.4f}"
+        taken = (f"→ the softmax takes{NBSP}{_score(explanation.masked_score)} " if explanation.input_changed else "")
+        sums += f"{taken}→ softmax over row {explanation.query}: weight{NBSP}{explanation.weight:.4f}"
         subtitle = ""
     if explanation.stand_in:
         subtitle = " ".join(filter(None, [subtitle, safe_label(explanation.stand_in)]))

@@ -33,8 +33,9 @@ def hostile_trace():
 
 
 def flat(title: str) -> str:
-    """A wrapped title as one line (its line breaks as spaces)."""
-    return title.replace("<br>", " ")
+    """A wrapped title as one line (its line breaks and the no-break spaces that keep a name on its number's line as
+    spaces)."""
+    return title.replace("<br>", " ").replace("\u00a0", " ")
 
 
 def all_text(fig) -> str:
@@ -175,7 +176,8 @@ def test_a_wrapped_products_title_never_parts_a_name_from_its_number():
                          AttentionConfig(variant="mha", d_in=32, d_out=32, num_heads=4))
     lines = products_figure(explain_weight(trace, 0, 13, 9)).layout.title.text.split("<br>")
     assert len(lines) > 2  # wrapped
-    assert not any(line.rstrip().endswith(("head", "query", "key", "→ key")) for line in lines)
+    assert not any(line.rstrip().endswith(("head", "query", "key", "→ key", "score", "scaled", "weight", "takes"))
+                   for line in lines)
     assert "head\u00a00" in " ".join(lines) and "query\u00a013" in " ".join(lines)
 
 

@@ -74,7 +74,7 @@ def test_why_this_weight_adds_up_from_what_the_softmax_took():
     assert "exp(0.0000) ÷ Σ over the row's visible keys of exp(softmax input)" in title, title  # as the line beside it
     bars = next(t for t in figure["data"] if t.get("name") == "scaled")
     np.testing.assert_allclose(decode(bars["y"]), row, atol=1e-6)  # the upper panel draws what the softmax took
-    assert "the softmax takes 0" in explain_figures.products_figure(why).layout.title.text.replace("<br>", " ")
+    assert "the softmax takes\u00a00" in explain_figures.products_figure(why).layout.title.text.replace("<br>", " ")
     assert any("sets the scores of the keys after query 0 to 0, not −∞" in note for note in why.notes), why.notes
     assert not any("soft-cap" in note for note in why.notes)  # no other cause named
     assert why.input_changed and why.masked_score == 0.0 and why.scaled != 0.0
