@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import user_modules as um
+from helpers.source_lines import line_of
 from torch import nn
 
 from attnviz import checks, time_limit, tracing, variants
@@ -1139,12 +1140,6 @@ def test_a_full_layer_beside_a_window_layer_is_held_to_no_window(full_first):
         "mask-convention", "pass", f"attention 1 of 2 {first}; attention 2 of 2 {second}")
 
 
-def attend_line(cls) -> int:
-    """The line of ``cls.attend`` (tests/helpers/user_modules.py) that calls scaled_dot_product_attention."""
-    lines, first = inspect.getsourcelines(cls.attend)
-    return first + next(at for at, line in enumerate(lines) if "scaled_dot_product_attention" in line)
-
-
 @pytest.mark.parametrize("full_first", [False, True], ids=["window-then-full", "full-then-window"])
 def test_a_full_layer_that_attends_in_a_helper_method_is_held_to_no_window(full_first):
     """The model calls each layer's ``attend`` (GPT-2's legacy cache convention), where the attention is computed: the
@@ -1153,9 +1148,11 @@ def test_a_full_layer_that_attends_in_a_helper_method_is_held_to_no_window(full_
     torch.manual_seed(0)
     full, window = um.PastArgument(), um.PastWindow(sliding_window_size=3)
     module = um.PastLayers(*((full, window) if full_first else (window, full))).eval()
-    window_words = (f"on line {attend_line(um.PastWindow)}: sliding window W = 3: the hidden cells are the future and "
+    window_line, full_line = (line_of(cls.attend, "scaled_dot_product_attention") for cls in (um.PastWindow,
+                                                                                            um.PastArgument))
+    window_words = (f"on line {window_line}: sliding window W = 3: the hidden cells are the future and "
                     "the keys 3 or more behind (query i sees keys i − 2 … i)")
-    full_words = f"on line {attend_line(um.PastArgument)}: the hidden cells are exactly the future (above the diagonal)"
+    full_words = f"on line {full_line}: the hidden cells are exactly the future (above the diagonal)"
     first, second = (full_words, window_words) if full_first else (window_words, full_words)
     assert verdict(module, "mask-convention", rules=["mask-convention"]) == checks.Check(
         "mask-convention", "pass", f"attention 1 of 2 {first}; attention 2 of 2 {second}")
