@@ -136,8 +136,8 @@ def _results(results: dict | None) -> None:
     if note is not None:
         st.warning(note, icon=":material/speed:")
     st.plotly_chart(figures.benchmark_bars(rows, results["about"]), config=plotly_config("attnviz-benchmark"))
-    # the numbers as the bars above write them (two decimals: "126.56 ms"), "1.00" beside "1.91"; sorting, search and
-    # CSV download are the grid's own
+    # the numbers with the two decimals the bars above write, the fastest's ratio too; sorting, search and CSV
+    # download are the grid's own
     st.dataframe(implementations.results_table(rows), hide_index=True, column_config={
         "median ms": st.column_config.NumberColumn(format="%.2f", help="The median of the timed calls, in ms."),
         "× fastest": st.column_config.NumberColumn(format="%.2f", help="The median ÷ the fastest implementation's."),
